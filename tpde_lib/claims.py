@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import numbers
 import re
 import time
 from pathlib import Path
@@ -69,7 +70,9 @@ def record(key, status, statement, value=None):
         raise ValueError(f"status must be one of {sorted(STATUSES)}, got {status!r}")
     if not isinstance(statement, str) or not statement.strip():
         raise ValueError("statement must be a non-empty string")
-    shown = "" if value is None else f" [{value:.3g}]" if isinstance(value, float) else f" [{value}]"
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
+        value = f"{float(value):.3g}"
+    shown = "" if value is None else f" [{value}]"
     print(f"checked ({STATUSES[status]}): {statement}{shown}")
     root = _book_root()
     if root is None:
@@ -103,10 +106,15 @@ def _toc_chapters(root):
 
 
 def _slug(title):
-    # MyST's default heading-anchor slug (myst_heading_anchors): lowercase, drop punctuation,
-    # spaces to hyphens
-    text = re.sub(r"[^\w\- ]", "", title.strip().lower())
-    return text.replace(" ", "-")
+    """MyST's heading anchor (``myst_heading_anchors``) for a heading's Markdown text.
+
+    MyST slugifies only the heading's plain-text and inline-code parts (inline math is left
+    out), lowercased, spaces to hyphens, other punctuation dropped.
+    """
+    text = re.sub(r"\$[^$]*\$", "", title.strip())            # inline math: not part of the slug
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)   # links: their text
+    text = text.replace("`", "").replace("**", "").replace("*", "")
+    return re.sub(r"[^\w\u4e00-\u9fff\- ]", "", text.lower().replace(" ", "-"))
 
 
 def _calls_in(source):
@@ -155,6 +163,7 @@ def collect(root=None):
         path = root / (doc if doc.endswith(".md") else doc + ".md")
         nb = jupytext.read(str(path))
         title, section, anchor = doc, "", ""
+        seen = set()
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 for line in cell.source.splitlines():
@@ -163,6 +172,10 @@ def collect(root=None):
                         if len(m.group(1)) == 1 and title == doc:
                             title = m.group(2).strip()
                         section, anchor = m.group(2).strip(), _slug(m.group(2))
+                        base, k = anchor, 1
+                        while anchor in seen:
+                            anchor, k = f"{base}-{k}", k + 1
+                        seen.add(anchor)
             elif cell.cell_type == "code":
                 for call in _calls_in(cell.source):
                     claims.append(dict(call, chapter=doc.removesuffix(".md"), title=title,

@@ -1,0 +1,452 @@
+"""Tests of the attention velocity fields (paper notes §2, §9) against independent computations.
+
+The oracle for every variant is a direct per-token double loop over queries and keys written from
+the formulas of paper notes §2 (no vectorisation, no blocking, no stabilisation beyond what the
+small test scores need). Float64 sums of a few dozen terms of size O(1) agree to ~1e-13, so
+``rtol=1e-10`` leaves room for reordering only.
+"""
+
+import math
+
+import numpy as np
+import ot
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tpde_lib.attention as att_mod
+from tpde_lib.attention import L2, Linear, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised
+from tpde_lib.measures import Empirical
+
+RTOL = 1e-10  # reordering of float64 sums of O(1) terms (see module docstring)
+
+
+def _problem(n=30, d=3, seed=0, weighted=True):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    w = rng.random(n) + 0.1 if weighted else np.ones(n)
+    w /= w.sum()
+    s = np.sort(rng.random(n))
+    s[0] = 0.0
+    A = rng.standard_normal((d, d)) / math.sqrt(d)
+    V = rng.standard_normal((d, d)) / math.sqrt(d)
+    return X, w, s, A, V
+
+
+def _loop_field(kernel, V, X, w, s=None, normalise=True):
+    """Oracle: Gamma(x_i) = V sum_j w_j k(x_i, x_j) x_j [/ sum_j w_j k(x_i, x_j)], per token.
+
+    With positions ``s``, token i only sees tokens j with s_j <= s_i (masked attention).
+    """
+    n, d = X.shape
+    out = np.zeros((n, d))
+    for i in range(n):
+        num, den = np.zeros(d), 0.0
+        for j in range(n):
+            if s is not None and s[j] > s[i]:
+                continue
+            k = kernel(X[i], X[j])
+            num += w[j] * k * X[j]
+            den += w[j] * k
+        out[i] = V @ (num / den if normalise else num)
+    return out
+
+
+def _variants(A, V, d, causal=False, seed=1):
+    """(attention, kernel, normalised) triples for every kernel-based variant."""
+    rng = np.random.default_rng(seed)
+    Q, K = rng.standard_normal((2, d)), rng.standard_normal((2, d))
+    tau, bias = 0.7, -0.5
+    return {
+        "softmax": (Softmax(A, V, causal=causal), lambda x, y: np.exp(y @ A @ x), True),
+        "L2": (L2(Q, K, V, tau=tau, causal=causal),
+               lambda x, y: np.exp(-np.sum((Q @ x - K @ y) ** 2) / tau), True),
+        "sigmoid": (Sigmoid(A, V, bias=bias, causal=causal),
+                    lambda x, y: 1.0 / (1.0 + np.exp(-(y @ A @ x + bias))), False),
+        "linear": (Linear(A, V, causal=causal), lambda x, y: y @ A @ x, False),
+        "unnormalised": (Unnormalised(A, V, causal=causal), lambda x, y: np.exp(y @ A @ x),
+                         False),
+    }
+
+
+VARIANTS = ["softmax", "L2", "sigmoid", "linear", "unnormalised"]
+
+
+# ---------------------------------------------------------------------------------------------
+# every variant against the per-token loop
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_velocity_matches_per_token_loop(name, causal):
+    X, w, s, A, V = _problem()
+    att, kernel, normalise = _variants(A, V, X.shape[1], causal)[name]
+    mu = Empirical(X, w, s)
+    got = att.velocity(mu)
+    want = _loop_field(kernel, V, X, w, s if causal else None, normalise)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_velocity_blocked_rows_match_loop(name, monkeypatch):
+    # blocks of 7 rows of 30 tokens: several blocks and a partial last one
+    X, w, s, A, V = _problem()
+    monkeypatch.setattr(att_mod, "_BLOCK_ENTRIES", 7 * X.shape[0])
+    att, kernel, normalise = _variants(A, V, X.shape[1], causal=True)[name]
+    got = att.velocity(Empirical(X, w, s))
+    np.testing.assert_allclose(got, _loop_field(kernel, V, X, w, s, normalise),
+                               rtol=RTOL, atol=1e-12)
+
+
+def test_from_qk_uses_scaled_query_key_product():
+    rng = np.random.default_rng(2)
+    d, k = 4, 2
+    X = rng.standard_normal((25, d))
+    Q, K, V = rng.standard_normal((k, d)), rng.standard_normal((k, d)), rng.standard_normal((d, d))
+    w = np.full(25, 1 / 25)
+    want = _loop_field(lambda x, y: np.exp((Q @ x) @ (K @ y) / math.sqrt(k)), V, X, w)
+    np.testing.assert_allclose(Softmax.from_qk(Q, K, V).velocity(Empirical(X)), want, rtol=RTOL)
+
+
+def test_time_dependent_parameters_match_loop_at_that_time():
+    X, w, _, A, V = _problem()
+    t = 0.7
+    A_t = lambda t: np.cos(t) * A + t * np.eye(3)
+    V_t = lambda t: V * (1 + t)
+    got = Softmax(A_t, V_t).velocity(Empirical(X, w), t=t)
+    want = _loop_field(lambda x, y: np.exp(y @ A_t(t) @ x), V_t(t), X, w)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    # from_qk with callables: A(t) = K(t)^T Q(t) / sqrt(k)
+    Q = lambda t: np.eye(3)[:2] * (1 + t)
+    K = lambda t: np.ones((2, 3)) * t
+    got = Softmax.from_qk(Q, K, V).velocity(Empirical(X, w), t=t)
+    want = _loop_field(lambda x, y: np.exp((Q(t) @ x) @ (K(t) @ y) / math.sqrt(2)), V, X, w)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+
+
+def test_multihead_equals_sum_of_head_loops():
+    X, w, s, A, V = _problem()
+    rng = np.random.default_rng(3)
+    A2, V2 = rng.standard_normal((3, 3)) / 2, rng.standard_normal((3, 3))
+    mh = MultiHead([Softmax(A, V), Softmax(A2, V2)])
+    want = (_loop_field(lambda x, y: np.exp(y @ A @ x), V, X, w)
+            + _loop_field(lambda x, y: np.exp(y @ A2 @ x), V2, X, w))
+    np.testing.assert_allclose(mh.velocity(Empirical(X, w)), want, rtol=RTOL)
+    assert mh.heads[1].A(0.0) is not None and len(mh.heads) == 2
+
+
+def test_softmax_with_large_scores_selects_the_best_key():
+    # beta -> infinity: softmax tends to the argmax key; naive exponentials would overflow
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((40, 2))
+    A, V = np.eye(2), np.eye(2)
+    got = Softmax(1e4 * A, V).velocity(Empirical(X))
+    best = np.argmax(X @ X.T, axis=1)   # argmax_j <x_i, x_j>, unique for Gaussian draws
+    np.testing.assert_allclose(got, X[best], atol=1e-12)
+
+
+def test_zero_weight_tokens_do_not_act_on_others():
+    X, w, _, A, V = _problem()
+    w = w.copy()
+    w[:5] = 0.0
+    w /= w.sum()
+    for name, (att, _, _) in _variants(A, V, 3).items():
+        full = att.velocity(Empirical(X, w))
+        rest = att.velocity(Empirical(X[5:], w[5:] / w[5:].sum()))
+        np.testing.assert_allclose(full[5:], rest, rtol=1e-12, err_msg=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# symmetries (paper notes §9.4)
+# ---------------------------------------------------------------------------------------------
+
+def _all_attentions(A, V, d):
+    atts = {k: v[0] for k, v in _variants(A, V, d).items()}
+    atts["sinkhorn"] = Sinkhorn(A, V, eps=1.0, tol=1e-11)
+    atts["multihead"] = MultiHead([Softmax(A, V), Softmax(-A, V.T)])
+    return atts
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(2, 12), seed=st.integers(0, 2**16))
+def test_velocity_is_permutation_equivariant(n, seed):
+    X, w, _, A, V = _problem(n=n, seed=seed)
+    perm = np.random.default_rng(seed).permutation(n)
+    for name, att in _all_attentions(A, V, 3).items():
+        v = att.velocity(Empirical(X, w))
+        vp = att.velocity(Empirical(X[perm], w[perm]))
+        # Sinkhorn: both solutions within tol=1e-11 of the same plan
+        np.testing.assert_allclose(vp, v[perm], rtol=1e-8, atol=1e-9, err_msg=name)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 10), seed=st.integers(0, 2**16))
+def test_duplicating_every_token_with_half_weights_leaves_velocity_unchanged(n, seed):
+    # same measure mu^n, twice as many particles (paper notes §9.4)
+    X, w, _, A, V = _problem(n=n, seed=seed)
+    for name, att in _all_attentions(A, V, 3).items():
+        v = att.velocity(Empirical(X, w))
+        v2 = att.velocity(Empirical(np.vstack([X, X]), np.concatenate([w, w]) / 2))
+        np.testing.assert_allclose(v2[:n], v, rtol=1e-8, atol=1e-9, err_msg=name)
+        np.testing.assert_allclose(v2[n:], v, rtol=1e-8, atol=1e-9, err_msg=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# masked (causal) attention (paper notes §2.8, §9.18)
+# ---------------------------------------------------------------------------------------------
+
+def test_causal_token_at_position_zero_sees_only_its_fibre():
+    X, w, s, A, V = _problem()
+    s = s.copy()
+    s[:4] = 0.0                      # an atom of 4 tokens at s = 0
+    fib = slice(0, 4)
+    mu = Empirical(X, w, s)
+    # softmax on the s = 0 fibre alone, with its weights renormalised (the field is normalised)
+    got = Softmax(A, V, causal=True).velocity(mu)[fib]
+    alone = _loop_field(lambda x, y: np.exp(y @ A @ x), V, X[fib], w[fib] / w[fib].sum())
+    np.testing.assert_allclose(got, alone, rtol=RTOL)
+    # moving every later token changes nothing at s = 0
+    Y = X.copy()
+    Y[4:] += 10.0
+    for name, (att, _, _) in _variants(A, V, 3, causal=True).items():
+        a = att.velocity(mu)[fib]
+        b = att.velocity(Empirical(Y, w, s))[fib]
+        np.testing.assert_allclose(a, b, rtol=1e-13, err_msg=name)
+
+
+def test_causal_last_token_equals_full_attention():
+    X, w, s, A, V = _problem()
+    mu = Empirical(X, w, s)    # s sorted, the last token has the largest position
+    for name, (att, _, _) in _variants(A, V, 3, causal=True).items():
+        full = _variants(A, V, 3)[name][0].velocity(mu)
+        np.testing.assert_allclose(att.velocity(mu)[-1], full[-1], rtol=1e-12, atol=1e-13,
+                                   err_msg=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinkhorn (paper notes §2.4) against POT
+# ---------------------------------------------------------------------------------------------
+
+def _pot_plan(X, w, A, eps):
+    # kernel e^{<Ax,y>/eps} = e^{-C/reg} with cost C_ij = -<A x_i, x_j> and reg = eps
+    C = -(X @ A.T @ X.T)
+    return ot.sinkhorn(w, w, C, eps, method="sinkhorn_log", stopThr=1e-13, numItermax=100_000)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("eps", [1.0, 0.4])
+def test_sinkhorn_matches_pot_log_domain_solver(symmetric, eps):
+    X, w, _, A, V = _problem(n=40, seed=5)
+    if symmetric:
+        A = A + A.T
+    sk = Sinkhorn(A, V, eps=eps, tol=1e-12)
+    P = _pot_plan(X, w, A, eps)
+    want = (P @ X / P.sum(axis=1, keepdims=True)) @ V.T
+    # both plans within ~1e-12 of the marginals; conditional means of O(1) points agree ~1e-9
+    np.testing.assert_allclose(sk.velocity(Empirical(X, w)), want, atol=1e-9)
+    np.testing.assert_allclose(sk.plan(Empirical(X, w)), P, atol=1e-11)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_sinkhorn_plan_has_both_marginals(symmetric):
+    X, w, _, A, V = _problem(n=40, seed=6)
+    if symmetric:
+        A = 0.5 * (A + A.T)
+    sk = Sinkhorn(A, V, eps=0.5, tol=1e-10)
+    P = sk.plan(Empirical(X, w))
+    assert np.all(P >= 0)
+    # the L1 violation is below tol by construction of the stopping rule
+    assert np.abs(P.sum(axis=1) - w).sum() <= 1e-10
+    assert np.abs(P.sum(axis=0) - w).sum() <= 1e-10
+    assert sk.last_error <= 1e-10
+
+
+def test_sinkhorn_single_row_normalisation_is_softmax():
+    X, w, _, A, V = _problem(seed=7)
+    eps = 0.5
+    sk = Sinkhorn(A, V, eps=eps, max_iter=0, strict=False)
+    with pytest.warns(RuntimeWarning, match="marginal violation"):
+        got = sk.velocity(Empirical(X, w))
+    want = _loop_field(lambda x, y: np.exp(y @ A @ x / eps), V, X, w)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+
+
+def test_sinkhorn_not_converged_raises_with_achieved_error():
+    X, w, _, A, V = _problem(seed=8)
+    with pytest.raises(RuntimeError, match=r"marginal violation [0-9.e+-]+ > tol"):
+        Sinkhorn(A, V, eps=0.2, max_iter=2).velocity(Empirical(X, w))
+
+
+def test_sinkhorn_warm_start_reuses_potentials():
+    X, w, _, A, V = _problem(n=40, seed=9)
+    sk = Sinkhorn(A, V, eps=0.5, tol=1e-10)
+    v1 = sk.velocity(Empirical(X, w))
+    cold = sk.last_iterations
+    X2 = X + 1e-3 * np.sin(X)                # the next time step of a simulation
+    v2 = sk.velocity(Empirical(X2, w))
+    warm = sk.last_iterations
+    fresh = Sinkhorn(A, V, eps=0.5, tol=1e-10).velocity(Empirical(X2, w))
+    assert warm < cold
+    np.testing.assert_allclose(v2, fresh, atol=1e-8)
+    assert not np.allclose(v1, v2)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_sinkhorn_with_small_eps_matches_pot(symmetric):
+    # |scores| / eps up to ~230: the potentials must be handled in the log domain
+    X, w, _, A, V = _problem(n=30, seed=10)
+    A = -np.eye(3) if symmetric else A
+    eps = 0.03
+    P_pot = _pot_plan(X, w, A, eps)
+    sk = Sinkhorn(A, V, eps=eps, tol=1e-10)
+    got = sk.velocity(Empirical(X, w))
+    want = (P_pot @ X / P_pot.sum(axis=1, keepdims=True)) @ V.T
+    np.testing.assert_allclose(got, want, atol=1e-8)
+
+
+def test_sinkhorn_plan_for_positive_scores_at_small_eps_has_both_marginals():
+    # A = I at eps = 0.03: POT's log solver needs > 20,000 iterations; the symmetric update few
+    X, w, _, _, V = _problem(n=30, seed=10)
+    sk = Sinkhorn(np.eye(3), V, eps=0.03, tol=1e-10)
+    P = sk.plan(Empirical(X, w))
+    assert np.abs(P.sum(axis=1) - w).sum() <= 1e-10
+    assert np.abs(P.sum(axis=0) - w).sum() <= 1e-10
+    assert sk.last_iterations < 100
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------------------------
+
+def test_bad_parameters_raise_naming_the_argument():
+    A, V = np.eye(3), np.eye(3)
+    with pytest.raises(ValueError, match="A must be a square"):
+        Softmax(np.ones((2, 3)), V)
+    with pytest.raises(ValueError, match="V must have shape"):
+        Softmax(A, np.eye(2))
+    with pytest.raises(ValueError, match="Q and K"):
+        L2(np.ones((2, 3)), np.ones((1, 3)), V)
+    with pytest.raises(ValueError, match="V must have shape"):
+        L2(np.ones((2, 3)), np.ones((2, 3)), np.eye(2))
+    with pytest.raises(ValueError, match="Q and K"):
+        Softmax.from_qk(np.ones((2, 3)), np.ones((2, 4)), V)
+    with pytest.raises(ValueError, match="tau"):
+        L2(np.ones((2, 3)), np.ones((2, 3)), V, tau=0.0)
+    with pytest.raises(ValueError, match="eps"):
+        Sinkhorn(A, V, eps=-1.0)
+    with pytest.raises(ValueError, match="causal"):
+        Sinkhorn(A, V, causal=True)
+    with pytest.raises(ValueError, match="heads"):
+        MultiHead([])
+    with pytest.raises(ValueError, match="causal"):
+        MultiHead([Softmax(A, V), Softmax(A, V, causal=True)])
+    with pytest.raises(TypeError, match=r"heads\[0\]"):
+        MultiHead([L2(np.eye(3), np.eye(3), V)])
+    with pytest.raises(ValueError, match="A contains NaN"):
+        Softmax(np.full((3, 3), np.nan), V)
+    with pytest.raises(ValueError, match="A must be a square"):
+        Softmax(lambda t: np.ones((3, 4)), V)
+    # a time-dependent parameter that changes shape is caught at the time it does
+    att = Softmax(lambda t: np.eye(3) if t < 1 else np.eye(2), V)
+    with pytest.raises(ValueError, match=r"A\(t=2\) must have shape \(3, 3\)"):
+        att.velocity(Empirical(np.zeros((2, 3))), t=2.0)
+
+
+def test_bad_measures_raise_naming_the_argument():
+    mu = Empirical(np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="mu has dimension 2"):
+        Softmax(np.eye(3), np.eye(3)).velocity(mu)
+    with pytest.raises(ValueError, match="mu has dimension 2"):
+        Sinkhorn(np.eye(3), np.eye(3)).velocity(mu)
+    with pytest.raises(ValueError, match="positions"):
+        Softmax(np.eye(2), np.eye(2), causal=True).velocity(mu)
+    with pytest.raises(TypeError, match="mu must be an Empirical"):
+        Softmax(np.eye(2), np.eye(2)).velocity([[0.0, 1.0]])
+    sk = Sinkhorn(np.eye(2), np.eye(2))
+    sk.max_tokens = 3
+    with pytest.raises(ValueError, match="at most 3 tokens"):
+        sk.velocity(mu)
+
+
+def test_overflowing_unnormalised_field_reports_time():
+    X = np.array([[30.0, 0.0], [-1.0, 0.0]])
+    with pytest.raises(FloatingPointError, match="t=2.5"):
+        Unnormalised(np.eye(2), np.eye(2)).velocity(Empirical(X), t=2.5)
+
+
+@pytest.mark.parametrize("att, name", [
+    (Sigmoid(np.eye(2), np.eye(2)), "Sigmoid"),
+    (Unnormalised(np.eye(2), np.eye(2)), "unnormalised"),
+    (Softmax(np.eye(2), np.eye(2), causal=True), "causal"),
+])
+def test_gaussian_rhs_unavailable_variants_say_so(att, name):
+    with pytest.raises(NotImplementedError, match=name):
+        att.gaussian_rhs(np.zeros(2), np.eye(2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gaussian closures (delegated to gaussian_odes; checked here against closed forms derived from
+# the affine field Gamma(x) = b + M x: alpha' = b + M alpha, Sigma' = M Sigma + Sigma M^T, §5.1)
+# ---------------------------------------------------------------------------------------------
+
+def _gaussian_problem(d=3, seed=11):
+    rng = np.random.default_rng(seed)
+    B = rng.standard_normal((d, d))
+    cov = B @ B.T / d + 0.1 * np.eye(d)
+    return rng.standard_normal(d), cov, rng.standard_normal((d, d)) / d, rng.standard_normal((d, d))
+
+
+def _affine_rhs(b, M, mean, cov):
+    return b + M @ mean, M @ cov + cov @ M.T
+
+
+def test_softmax_and_multihead_gaussian_rhs_match_exponential_tilt_closed_form():
+    # tilt of N(alpha, Sigma) by e^{<Ax, y>} has mean alpha + Sigma A x (paper notes §9.2)
+    mean, cov, A, V = _gaussian_problem()
+    t = 0.3
+    A_t = lambda t: A * (1 + t)
+    dm, dc = Softmax(A_t, V).gaussian_rhs(mean, cov, t=t)
+    want = _affine_rhs(V @ mean, V @ cov @ A_t(t), mean, cov)
+    np.testing.assert_allclose(dm, want[0], rtol=1e-12)
+    np.testing.assert_allclose(dc, want[1], rtol=1e-12)
+    dm2, dc2 = MultiHead([Softmax(A_t, V), Softmax(-A, V.T)]).gaussian_rhs(mean, cov, t=t)
+    other = _affine_rhs(V.T @ mean, -V.T @ cov @ A, mean, cov)
+    np.testing.assert_allclose(dm2, want[0] + other[0], rtol=1e-12)
+    np.testing.assert_allclose(dc2, want[1] + other[1], rtol=1e-12)
+
+
+def test_linear_gaussian_rhs_matches_second_moment_closed_form():
+    # Gamma(x) = V (Sigma + alpha alpha^T) A x (paper notes §2.6)
+    mean, cov, A, V = _gaussian_problem(seed=12)
+    dm, dc = Linear(A, V).gaussian_rhs(mean, cov)
+    want = _affine_rhs(np.zeros(3), V @ (cov + np.outer(mean, mean)) @ A, mean, cov)
+    np.testing.assert_allclose(dm, want[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(dc, want[1], rtol=1e-12)
+
+
+def test_l2_gaussian_rhs_matches_gaussian_product_closed_form():
+    # e^{-|Qx-Ky|^2/tau} N(alpha, Sigma)(y) in y: precision Sigma^-1 + 2 K^T K / tau, so the
+    # conditional mean is (I + 2 Sigma K^T K / tau)^-1 (alpha + 2 Sigma K^T Q x / tau) (derived here)
+    mean, cov, _, V = _gaussian_problem(seed=13)
+    rng = np.random.default_rng(13)
+    Q, K, tau = rng.standard_normal((2, 3)), rng.standard_normal((2, 3)), 0.7
+    R = np.linalg.inv(np.eye(3) + 2 * cov @ K.T @ K / tau)
+    want = _affine_rhs(V @ R @ mean, V @ R @ (2 * cov @ K.T @ Q / tau), mean, cov)
+    dm, dc = L2(Q, K, V, tau=tau).gaussian_rhs(mean, cov)
+    np.testing.assert_allclose(dm, want[0], rtol=1e-10)
+    np.testing.assert_allclose(dc, want[1], rtol=1e-10)
+
+
+def test_sinkhorn_gaussian_mean_moves_by_v_alone():
+    # alpha_t = e^{tV} alpha_0 exactly (paper notes §9.13): alpha' = V alpha
+    mean, cov, A, V = _gaussian_problem(seed=14)
+    dm, dc = Sinkhorn(A + A.T, V, eps=0.5).gaussian_rhs(mean, cov)
+    np.testing.assert_allclose(dm, V @ mean, rtol=1e-10)
+    assert dc.shape == (3, 3) and np.all(np.isfinite(dc))
+
+
+def test_gaussian_rhs_checks_shapes():
+    with pytest.raises(ValueError, match="cov must have shape"):
+        Softmax(np.eye(2), np.eye(2)).gaussian_rhs(np.zeros(2), np.eye(3))
+    with pytest.raises(ValueError, match="mean must have shape"):
+        Linear(np.eye(2), np.eye(2)).gaussian_rhs(np.zeros(3), np.eye(2))

@@ -1,0 +1,202 @@
+"""Tests of the particle simulator (paper notes §1.1, §9.3, §9.5, §9.18).
+
+Oracles: hand-written residual layers x <- x + h Gamma(x) with the per-token loop field, a
+tightly-toleranced DOP853 reference for convergence orders, the support bound of §9.3, and the
+isolated s = 0 fibre for masked attention.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpde_lib.attention import Sinkhorn, Softmax, Unnormalised
+from tpde_lib.measures import Empirical
+from tpde_lib.particles import Trajectory, depth, simulate
+
+
+def _cloud(n=12, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    A = rng.standard_normal((d, d)) / math.sqrt(d)
+    V = rng.standard_normal((d, d)) / math.sqrt(d)
+    return X, A, V
+
+
+def _loop_softmax(A, V, X, w):
+    """Per-token softmax field: V sum_j w_j e^{<A x_i, x_j>} x_j / sum_j w_j e^{<A x_i, x_j>}."""
+    out = np.zeros_like(X)
+    for i in range(X.shape[0]):
+        k = np.array([w[j] * np.exp(X[j] @ A @ X[i]) for j in range(X.shape[0])])
+        out[i] = V @ (k @ X / k.sum())
+    return out
+
+
+def test_euler_step_is_one_residual_layer_exactly():
+    X, A, V = _cloud()
+    w = np.full(len(X), 1 / len(X))
+    h, layers = 0.1, 5
+    traj = simulate(Softmax(A, V), Empirical(X), np.arange(layers + 1) * h, method="euler", h=h)
+    x = X.copy()
+    for layer in range(layers):
+        x = x + h * _loop_softmax(A, V, x, w)    # a residual attention layer
+        np.testing.assert_allclose(traj.points[layer + 1], x, rtol=1e-12, atol=1e-13)
+    assert depth(traj.times, h) == layers
+
+
+def test_time_dependent_weights_enter_at_each_layer():
+    X, A, V = _cloud(seed=1)
+    w = np.full(len(X), 1 / len(X))
+    A_t = lambda t: A * (1.0 + t)
+    h = 0.25
+    traj = simulate(Softmax(A_t, V), Empirical(X), [0.0, 1.0], method="euler", h=h)
+    x = X.copy()
+    for layer in range(4):
+        x = x + h * _loop_softmax(A_t(layer * h), V, x, w)
+    np.testing.assert_allclose(traj.points[-1], x, rtol=1e-12)
+
+
+def _errors(method, hs, T=1.0):
+    X, A, V = _cloud(n=10, seed=2)
+    att, mu = Softmax(A, V), Empirical(X)
+    ref = simulate(att, mu, [0.0, T], method="adaptive", rtol=1e-13, atol=1e-13).points[-1]
+    return np.array([np.abs(simulate(att, mu, [0.0, T], method=method, h=h).points[-1]
+                            - ref).max() for h in hs])
+
+
+def test_euler_error_is_first_order_in_the_step():
+    hs = np.array([0.1, 0.05, 0.025, 0.0125])
+    slope = np.polyfit(np.log(hs), np.log(_errors("euler", hs)), 1)[0]
+    assert 0.8 <= slope <= 1.2, slope
+
+
+def test_rk4_error_is_fourth_order_in_the_step():
+    # errors ~1e-5..1e-7, far above the ~1e-12 error of the DOP853 reference
+    hs = np.array([0.2, 0.1, 0.05])
+    errs = _errors("rk4", hs)
+    slope = np.polyfit(np.log(hs), np.log(errs), 1)[0]
+    assert 3.5 <= slope <= 4.5, (slope, errs)
+
+
+def test_adaptive_agrees_with_rk4():
+    X, A, V = _cloud(seed=3)
+    att, mu, times = Softmax(A, V), Empirical(X), np.linspace(0, 2, 5)
+    a = simulate(att, mu, times, method="adaptive", rtol=1e-10, atol=1e-12)
+    b = simulate(att, mu, times, method="rk4", h=0.01)
+    # RK4 with h = 0.01: error ~ C h^4 ~ 1e-8 for O(1) fields
+    np.testing.assert_allclose(a.points, b.points, atol=1e-7)
+
+
+def test_softmax_particles_obey_support_bound():
+    # |x_i(t)| <= max_j |x_j(0)| e^{||V||_2 t} (paper notes §9.3): V expanding, so the bound bites
+    X, A, _ = _cloud(n=40, seed=4)
+    V = np.array([[1.0, 0.5], [0.0, 0.8]])
+    times = np.linspace(0, 2, 11)
+    traj = simulate(Softmax(A, V), Empirical(X), times, method="rk4", h=0.02)
+    R = np.linalg.norm(traj.points, axis=2).max(axis=1)
+    bound = np.linalg.norm(X, axis=1).max() * np.exp(np.linalg.norm(V, 2) * times)
+    assert np.all(R <= bound * (1 + 1e-12))
+    assert R[-1] > R[0]          # the cloud does expand: the bound is not vacuous here
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 15), seed=st.integers(0, 2**16), h=st.floats(0.05, 1.0))
+def test_residual_layers_obey_discrete_support_bound(n, seed, h):
+    # |Gamma(x)| <= ||V|| max_j |x_j| (convex combination), so one layer grows the radius by
+    # at most the factor 1 + h ||V||: R_l <= R_0 (1 + h ||V||)^l  (derived here from §9.3)
+    X, A, V = _cloud(n=n, seed=seed)
+    traj = simulate(Softmax(3 * A, V), Empirical(X), [0.0, h, 2 * h, 3 * h], method="euler", h=h)
+    R = np.linalg.norm(traj.points, axis=2).max(axis=1)
+    bound = R[0] * (1 + h * np.linalg.norm(V, 2)) ** np.arange(4)
+    assert np.all(R <= bound * (1 + 1e-12))
+
+
+def test_weights_and_positions_travel_with_the_points():
+    X, A, V = _cloud(n=8, seed=5)
+    w = np.arange(1, 9) / 36.0
+    s = np.array([0.0, 0.0, 0.2, 0.4, 0.4, 0.6, 0.8, 1.0])
+    traj = simulate(Softmax(A, V, causal=True), Empirical(X, w, s), [0.0, 0.5, 1.0], h=0.05)
+    assert isinstance(traj, Trajectory) and len(traj) == 3 and traj.points.shape == (3, 8, 2)
+    mu = traj.measure(-1)
+    np.testing.assert_array_equal(mu.weights, w)
+    np.testing.assert_array_equal(mu.positions, s)
+    np.testing.assert_array_equal(mu.points, traj.points[2])
+    # the s = 0 fibre moves as if alone (paper notes §9.18), weights renormalised
+    alone = simulate(Softmax(A, V), Empirical(X[:2], w[:2] / w[:2].sum()), [0.0, 0.5, 1.0],
+                     h=0.05)
+    np.testing.assert_allclose(traj.points[:, :2], alone.points, rtol=1e-12, atol=1e-14)
+
+
+def test_sinkhorn_simulation_warm_starts_between_steps():
+    X, A, V = _cloud(n=30, seed=6)
+    A = A + A.T
+    iterations = []
+
+    class Recording(Sinkhorn):
+        def velocity(self, mu, t=0.0):
+            out = super().velocity(mu, t)
+            iterations.append(self.last_iterations)
+            return out
+
+    times = [0.0, 0.1, 0.2]
+    traj = simulate(Recording(A, V, eps=0.5, tol=1e-11), Empirical(X), times, h=0.05)
+    assert max(iterations[1:]) < iterations[0]
+    # same trajectory as a cold start at every evaluation (result independent of the start)
+
+    class Cold(Sinkhorn):
+        def velocity(self, mu, t=0.0):
+            self.reset()
+            return super().velocity(mu, t)
+
+    cold = simulate(Cold(A, V, eps=0.5, tol=1e-11), Empirical(X), times, h=0.05)
+    np.testing.assert_allclose(traj.points, cold.points, atol=1e-9)
+
+
+def test_blow_up_is_reported_with_its_time():
+    X = np.array([[1.0, 0.0], [2.0, 0.5], [-1.0, 0.3]])
+    with pytest.raises(FloatingPointError, match=r"t=\d"):
+        simulate(Unnormalised(10 * np.eye(2), np.eye(2)), Empirical(X), [0.0, 5.0],
+                 method="euler", h=0.1)
+
+
+def test_bad_arguments_raise_naming_them():
+    X, A, V = _cloud()
+    att, mu = Softmax(A, V), Empirical(X)
+    with pytest.raises(ValueError, match="times must be strictly increasing"):
+        simulate(att, mu, [0.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="h=0.3 must divide"):
+        simulate(att, mu, [0.0, 1.0], method="euler", h=0.3)
+    with pytest.raises(ValueError, match="h must be"):
+        simulate(att, mu, [0.0, 1.0], method="rk4", h=-0.1)
+    with pytest.raises(ValueError, match="method"):
+        simulate(att, mu, [0.0, 1.0], method="midpoint")
+    with pytest.raises(TypeError, match="att"):
+        simulate(np.eye(2), mu, [0.0, 1.0])
+    with pytest.raises(TypeError, match="mu0"):
+        simulate(att, [[0.0, 1.0]], [0.0, 1.0])
+
+
+def test_default_steps_land_exactly_on_uneven_times():
+    X, A, V = _cloud(seed=7)
+    times = [0.0, 0.07, 0.3]
+    traj = simulate(Softmax(A, V), Empirical(X), times, method="euler")
+    # steps of 0.07/7 = 0.01 then 0.23/23 = 0.01: same as Euler with h = 0.01
+    ref = simulate(Softmax(A, V), Empirical(X), times, method="euler", h=0.01)
+    np.testing.assert_allclose(traj.points, ref.points, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["euler", "rk4", "adaptive"])
+def test_blow_up_can_stop_the_simulation_and_keep_the_times_reached(method):
+    # unnormalised attention, one token pair: blows up in finite time; the stopped trajectory
+    # must equal the first times of a run that ends before the blow-up
+    X = np.array([[1.0, 0.0], [0.5, 0.5], [-1.0, 0.3]])
+    att = Unnormalised(0.5 * np.eye(2), np.eye(2))     # blows up near t = 0.76
+    times = np.linspace(0.0, 5.0, 51)
+    traj = simulate(att, Empirical(X), times, method=method, h=0.01, on_blowup="stop")
+    assert traj.blowup_time is not None and 1 < len(traj) < 51
+    assert traj.times[-1] <= traj.blowup_time <= times[len(traj)] + 1e-12
+    ok = simulate(att, Empirical(X), times[: len(traj)], method=method, h=0.01)
+    np.testing.assert_array_equal(traj.points, ok.points)
+    assert ok.blowup_time is None

@@ -1,0 +1,462 @@
+"""Tests of tpde_lib.energy: energies, gradient-flow identities, the twisted metric (paper notes §8).
+
+Each identity is checked against an independent computation: the attention class's own Sinkhorn
+solver (the energy uses POT), finite differences, Monte Carlo, Gauss-Hermite quadrature, POT's
+exact W_2, or a hand-written formula.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.polynomial.hermite_e import hermegauss
+
+from tpde_lib import energy as en
+from tpde_lib import gaussian_odes
+from tpde_lib.attention import Linear, Sinkhorn, Softmax, Unnormalised
+from tpde_lib.measures import Empirical, Gaussian
+from tpde_lib.transport import bures_wasserstein, wasserstein
+
+A_SYM = np.array([[0.8, 0.3], [0.3, -0.5]])      # symmetric, indefinite
+A_GEN = np.array([[0.7, -0.4], [0.9, 0.2]])      # not symmetric
+COV = np.array([[0.6, 0.2], [0.2, 0.3]])
+I2 = np.eye(2)
+
+
+def _primal_value(plan, X, w, A, eps):
+    """1/2 (<pi, C> + eps KL(pi | w w^T)) for the cost C_ij = -<A x_i, x_j>, written out."""
+    C = -np.einsum("ia,ba,jb->ij", X, A, X)
+    pos = plan > 0
+    kl = np.sum(plan[pos] * np.log(plan[pos] / np.outer(w, w)[pos]))
+    return 0.5 * (np.sum(plan * C) + eps * kl)
+
+
+def _rk4(field, x, h):
+    k1 = field(x)
+    k2 = field(x + 0.5 * h * k1)
+    k3 = field(x + 0.5 * h * k2)
+    k4 = field(x + h * k3)
+    return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+def _grid_gaussian(cov, n_side, width=6.0):
+    """A centred Gaussian quantised on a square grid (weights = density), as an Empirical."""
+    g = np.linspace(-width, width, n_side) * np.sqrt(np.max(np.diag(cov)))
+    pts = np.stack(np.meshgrid(*([g] * cov.shape[0])), -1).reshape(-1, cov.shape[0])
+    w = np.exp(-0.5 * np.einsum("ni,ij,nj->n", pts, np.linalg.inv(cov), pts))
+    keep = w > 1e-14 * w.max()
+    return Empirical(pts[keep], w[keep] / w[keep].sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# the entropic self-transport energy F = 1/2 OT_eps(mu, mu)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("A", [A_SYM, A_GEN])
+def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
+    # energy.py solves with POT; the attention class has its own log-domain solver
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 2))
+    w = rng.uniform(0.5, 1.5, 30)
+    w /= w.sum()
+    mu, eps = Empirical(X, w), 0.7
+    plan = Sinkhorn(A, I2, eps=eps, tol=1e-13).plan(mu)
+    # both solvers stop at marginal violation <= 1e-12: value error of that order
+    assert en.sinkhorn_energy(mu, A, eps) == pytest.approx(_primal_value(plan, X, w, A, eps),
+                                                           abs=1e-10)
+
+
+def test_sinkhorn_energy_of_a_dirac_is_half_the_cost():
+    # the only coupling of delta_x with itself is delta_(x,x): KL = 0, F = -<Ax, x>/2
+    x = np.array([[0.4, -1.1]])
+    assert en.sinkhorn_energy(Empirical(x), A_GEN, 0.3) == pytest.approx(
+        -0.5 * x[0] @ A_GEN @ x[0], abs=1e-12)
+
+
+def test_sinkhorn_energy_shifts_by_linear_terms_under_translation():
+    # the cost of a translated measure differs by separable terms, so the plan is unchanged and
+    # F(mu + v) = F(mu) - (v^T A m + m^T A v + v^T A v)/2 with m the mean (derived in chapter 7)
+    rng = np.random.default_rng(1)
+    mu = Empirical(rng.standard_normal((25, 2)))
+    v, m = np.array([0.7, -0.3]), mu.mean()
+    shifted = en.sinkhorn_energy(Empirical(mu.points + v), A_GEN, 0.8)
+    expected = en.sinkhorn_energy(mu, A_GEN, 0.8) - 0.5 * (v @ A_GEN @ m + m @ A_GEN @ v
+                                                            + v @ A_GEN @ v)
+    assert shifted == pytest.approx(expected, abs=1e-10)
+
+
+@pytest.mark.parametrize("sigma2, a, eps", [(0.5, 1.3, 1.0), (2.0, -0.7, 0.5)])
+def test_gaussian_sinkhorn_energy_matches_quantised_gaussian_in_1d(sigma2, a, eps):
+    # a 1-D Gaussian quantised on 200 grid points (spacing 0.08 sigma): the trapezoid rule is
+    # spectrally accurate for these smooth integrands; observed agreement ~1e-13
+    x = np.linspace(-8, 8, 200) * np.sqrt(sigma2)
+    w = np.exp(-x ** 2 / (2 * sigma2))
+    mu = Empirical(x[:, None], w / w.sum())
+    assert en.sinkhorn_energy(mu, [[a]], eps) == pytest.approx(
+        en.sinkhorn_energy_gaussian(mu.cov(), [[a]], eps), abs=1e-9)
+
+
+def test_gaussian_sinkhorn_energy_matches_quantised_gaussian_in_2d():
+    # 2-D grid (about 450 points), plan from the attention class's solver; the closed form is
+    # evaluated at the grid's own covariance (quadrature error of the covariance removed)
+    mu = _grid_gaussian(COV, 25)
+    plan = Sinkhorn(A_SYM, I2, eps=0.7, tol=1e-12).plan(mu)
+    value = _primal_value(plan, mu.points, mu.weights, A_SYM, 0.7)
+    assert value == pytest.approx(en.sinkhorn_energy_gaussian(mu.cov(), A_SYM, 0.7), abs=1e-9)
+
+
+@pytest.mark.parametrize("A", [A_SYM, A_GEN])
+def test_gaussian_sinkhorn_energy_equals_log_det_formula_of_the_notes(A):
+    # paper notes §8.2 (eps = 1), with G from gaussian_odes (the notes' §5.5 formula via G Sigma);
+    # general eps by the scaling OT_eps(A) = eps OT_1(A / eps); also the mean term -a^T A a / 2
+    eps, alpha = 0.6, np.array([0.5, -1.0])
+    G = gaussian_odes.sinkhorn_gain(A / eps, COV) @ np.linalg.inv(COV)
+    logdet = np.linalg.slogdet(COV)[1] - np.linalg.slogdet(COV - G @ COV @ G.T)[1]
+    expected = 0.5 * (-np.trace(A @ COV @ G.T) + 0.5 * eps * logdet) - 0.5 * alpha @ A @ alpha
+    assert en.sinkhorn_energy_gaussian(COV, A, eps, mean=alpha) == pytest.approx(expected,
+                                                                                 abs=1e-12)
+
+
+@pytest.mark.parametrize("A", [A_SYM, A_GEN])
+def test_sinkhorn_gain_solves_the_fixed_point_equation(A):
+    eps = 0.8
+    G = en.sinkhorn_gain_gaussian(COV, A, eps)
+    assert np.allclose(G, (COV - G @ COV @ G.T) @ A / eps, atol=1e-12)
+    assert np.allclose(G @ COV, gaussian_odes.sinkhorn_gain(A / eps, COV), atol=1e-12)
+
+
+@pytest.mark.parametrize("A, eps", [(A_SYM, 1.0), (A_GEN, 0.6), (-2 * I2, 1.5)])
+def test_gaussian_energy_gradient_matches_finite_differences(A, eps):
+    # central differences along symmetric perturbations E_ij: error O(h^2) ~ 1e-10, round-off
+    # ~1e-16/h ~ 1e-11, so 1e-8 is a safe tolerance
+    h = 1e-5
+    grad = en.sinkhorn_energy_gradient_gaussian(COV, A, eps)
+    fd = np.empty((2, 2))
+    for i in range(2):
+        for j in range(2):
+            E = np.zeros((2, 2))
+            E[i, j] += 0.5
+            E[j, i] += 0.5
+            fd[i, j] = (en.sinkhorn_energy_gaussian(COV + h * E, A, eps)
+                        - en.sinkhorn_energy_gaussian(COV - h * E, A, eps)) / (2 * h)
+    assert np.allclose(grad, fd, atol=1e-8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), d=st.integers(1, 3), eps=st.floats(0.2, 3.0),
+       symmetric=st.booleans())
+def test_gaussian_energy_gradient_matches_finite_differences_for_random_inputs(seed, d, eps,
+                                                                                symmetric):
+    # random well-conditioned Sigma (eigenvalues in [0.1, 2]) and A (entries in [-2, 2]); the
+    # directional derivative along a random symmetric direction by central differences
+    # (h = 1e-5: truncation h^2 x third derivative plus round-off, about 1e-9 at these scales)
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    S = (U * rng.uniform(0.1, 2.0, d)) @ U.T
+    A = rng.uniform(-1, 1, (d, d))
+    if symmetric:
+        A = A + A.T
+    D = rng.standard_normal((d, d))
+    D = D + D.T
+    h = 1e-5
+    fd = (en.sinkhorn_energy_gaussian(S + h * D, A, eps)
+          - en.sinkhorn_energy_gaussian(S - h * D, A, eps)) / (2 * h)
+    grad = en.sinkhorn_energy_gradient_gaussian(S, A, eps)
+    assert np.sum(grad * D) == pytest.approx(fd, abs=1e-7)
+    if symmetric:     # and the Bures-Wasserstein flow is the Sinkhorn ODE with V = A
+        _, dcov = gaussian_odes.sinkhorn_rhs(A, A, eps, np.zeros(d), S)
+        assert np.allclose(dcov, en.bures_wasserstein_gradient_flow_rhs(S, A, eps), atol=1e-10)
+
+
+def test_gaussian_energy_gradient_is_minus_half_A_G_for_symmetric_A():
+    G = en.sinkhorn_gain_gaussian(COV, A_SYM, 0.9)
+    assert np.allclose(en.sinkhorn_energy_gradient_gaussian(COV, A_SYM, 0.9), -0.5 * A_SYM @ G,
+                       atol=1e-13)
+
+
+@pytest.mark.parametrize("eps", [1.0, 0.4])
+def test_sinkhorn_covariance_ode_is_the_bures_wasserstein_gradient_flow(eps):
+    # paper notes §9 item 14: with V = A = A^T the ODE of gaussian_odes equals -2(grad F S + S grad F)
+    _, dcov = gaussian_odes.sinkhorn_rhs(A_SYM, A_SYM, eps, np.zeros(2), COV)
+    assert np.allclose(dcov, en.bures_wasserstein_gradient_flow_rhs(COV, A_SYM, eps), atol=1e-12)
+
+
+def test_sinkhorn_particle_energy_dissipates_at_the_rate_minus_mean_squared_velocity():
+    # dF/dt along the particle flow (RK4 steps of +-h, central difference) against
+    # -sum_i w_i |Gamma_i|^2; the difference is O(h^2) ~ 1e-7 (observed 3e-7 at h = 1e-3),
+    # the Sinkhorn tolerance 1e-12 contributes 1e-12 / h ~ 1e-9
+    rng = np.random.default_rng(2)
+    mu, eps, h = Empirical(rng.standard_normal((30, 2))), 0.7, 1e-3
+    att = Sinkhorn(A_SYM, A_SYM, eps=eps, tol=1e-12)
+    field = lambda x: att.velocity(mu.with_points(x))
+    up, down = _rk4(field, mu.points, h), _rk4(field, mu.points, -h)
+    rate = (en.sinkhorn_energy(mu.with_points(up), A_SYM, eps)
+            - en.sinkhorn_energy(mu.with_points(down), A_SYM, eps)) / (2 * h)
+    expected = -en.dissipation(mu, field(mu.points))
+    assert rate < 0
+    assert rate == pytest.approx(expected, rel=1e-5)
+
+
+def test_gaussian_sinkhorn_energy_dissipates_at_the_rate_minus_mean_squared_velocity():
+    # along the Gaussian ODE (mean and covariance), Gamma(x) = A(alpha + G(x - alpha)) so
+    # int |Gamma|^2 = |A alpha|^2 + tr(A G S G^T A); central difference error O(h^2)
+    eps, h = 0.8, 1e-4
+    alpha = np.array([0.3, -0.6])
+
+    def field(state):
+        dm, dc = gaussian_odes.sinkhorn_rhs(A_SYM, A_SYM, eps, state[:2], state[2:].reshape(2, 2))
+        return np.concatenate([dm, dc.ravel()])
+
+    state = np.concatenate([alpha, COV.ravel()])
+    energy = lambda s: en.sinkhorn_energy_gaussian(s[2:].reshape(2, 2), A_SYM, eps, mean=s[:2])
+    rate = (energy(_rk4(field, state, h)) - energy(_rk4(field, state, -h))) / (2 * h)
+    M = A_SYM @ en.sinkhorn_gain_gaussian(COV, A_SYM, eps)
+    expected = -(np.sum((A_SYM @ alpha) ** 2) + np.trace(M @ COV @ M.T))
+    assert rate == pytest.approx(expected, rel=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# the interaction energy E of unnormalised attention, softmax, mobility
+# ---------------------------------------------------------------------------------------------
+
+def test_interaction_energy_matches_the_naive_double_sum(monkeypatch):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 2))
+    w = rng.uniform(size=40)
+    w /= w.sum()
+    naive = 0.5 * sum(w[i] * w[j] * np.exp(X[j] @ A_GEN @ X[i])
+                      for i in range(40) for j in range(40))
+    monkeypatch.setattr(en, "_BLOCK_ROWS", 7)           # several row blocks, a ragged last one
+    assert en.interaction_energy(Empirical(X, w), A_GEN) == pytest.approx(naive, rel=1e-12)
+    Z = en.partition_function(Empirical(X, w), A_GEN)
+    assert np.allclose(Z, np.exp(X @ A_GEN.T @ X.T) @ w, rtol=1e-12)
+
+
+def test_gaussian_interaction_energy_matches_gauss_hermite_quadrature_in_1d():
+    # E = 1/2 E[exp(a x y)], x, y iid N(m, s): a 2-D Gauss-Hermite rule with 80 nodes per axis
+    # is exact to round-off for this entire integrand at |a| s < 1/2; also the closed form
+    # 1/2 (1 - s^2)^(-1/2) exp(-m^2 / (1 + s)) of the chapter for a = -1
+    nodes, wts = hermegauss(80)
+    wts = wts / wts.sum()
+    for s, a, m in [(0.3, -1.0, 0.8), (0.2, 1.5, -0.4)]:
+        x = m + np.sqrt(s) * nodes
+        quad = 0.5 * wts @ np.exp(a * np.outer(x, x)) @ wts
+        assert en.interaction_energy_gaussian([[s]], [[a]], mean=[m]) == pytest.approx(quad,
+                                                                                     rel=1e-10)
+    s, m = 0.3, 0.8
+    assert en.interaction_energy_gaussian([[s]], [[-1.0]], mean=[m]) == pytest.approx(
+        0.5 * (1 - s ** 2) ** -0.5 * np.exp(-m ** 2 / (1 + s)), rel=1e-12)
+
+
+def test_gaussian_interaction_energy_matches_monte_carlo_in_2d():
+    # 400 000 pairs; at ||S^1/2 A S^1/2|| ~ 0.3 the integrand has finite variance, so the
+    # sample mean is within 5 standard errors
+    rng = np.random.default_rng(4)
+    S, alpha = 0.5 * COV, np.array([0.4, -0.3])
+    x = rng.multivariate_normal(alpha, S, size=400_000)
+    y = rng.multivariate_normal(alpha, S, size=400_000)
+    vals = 0.5 * np.exp(np.einsum("ni,ij,nj->n", y, A_GEN, x))
+    se = vals.std() / np.sqrt(vals.size)
+    assert abs(en.interaction_energy_gaussian(S, A_GEN, mean=alpha) - vals.mean()) < 5 * se
+
+
+def test_gaussian_interaction_energy_is_infinite_outside_the_domain():
+    assert en.interaction_energy_gaussian(np.diag([1.0, 0.2]), -I2) == np.inf
+    assert np.isfinite(en.interaction_energy_gaussian(np.diag([0.99, 0.2]), -I2))
+
+
+def _twisted_setup():
+    """A = -B (B SPD), V = -P A with P SPD: mobility -V A^{-1} = P (not the identity)."""
+    B = np.array([[1.0, 0.4], [0.4, 0.7]])
+    P = np.array([[1.5, -0.5], [-0.5, 0.8]])
+    return -B, P @ B, P
+
+
+def test_mobility_of_unnormalised_attention_is_minus_V_A_inverse():
+    A, V, P = _twisted_setup()
+    assert np.allclose(en.mobility(A, V, "unnormalised"), P, atol=1e-12)
+    assert np.allclose(en.mobility(A, V, "sinkhorn"), -P, atol=1e-12)
+    with pytest.raises(ValueError, match="symmetric"):
+        en.mobility(A_GEN, I2, "sinkhorn")
+
+
+@pytest.mark.parametrize("variant", ["unnormalised", "softmax"])
+def test_interaction_energy_dissipates_at_the_twisted_rate(variant):
+    # dE/dt = -int rho <Gamma, P^{-1} Gamma> dmu with rho = 1 (unnormalised) or rho = Z_mu
+    # (softmax); central difference of RK4 steps: the O(h^2) error is large here (4.5e-4
+    # relative at h = 1e-3, 4.5e-6 at 1e-4: |Gamma| ~ 6), round-off ~1e-16 / h ~ 1e-12
+    A, V, P = _twisted_setup()
+    rng = np.random.default_rng(5)
+    mu, h = Empirical(0.8 * rng.standard_normal((30, 2))), 1e-4
+    att = Unnormalised(A, V) if variant == "unnormalised" else Softmax(A, V)
+    field = lambda x: att.velocity(mu.with_points(x))
+    rate = (en.interaction_energy(mu.with_points(_rk4(field, mu.points, h)), A)
+            - en.interaction_energy(mu.with_points(_rk4(field, mu.points, -h)), A)) / (2 * h)
+    rho = None if variant == "unnormalised" else en.partition_function(mu, A)
+    expected = -en.dissipation(mu, field(mu.points), P, rho)
+    assert rate == pytest.approx(expected, rel=1e-5)
+    # the plain W2 rate int |Gamma|^2 is a different number for this P
+    assert abs(rate + en.dissipation(mu, field(mu.points), None, rho)) > 1e-2 * abs(rate)
+
+
+def test_sinkhorn_gaussian_flow_with_mobility_dissipates_in_the_twisted_bw_metric():
+    # V = P A (A symmetric, P SPD): mobility V A^{-1} = P; along the Gaussian ODE (RK4 steps of
+    # +-h), dF/dt = -int <Gamma, P^-1 Gamma> dN (error O(h^2) ~ 1e-9) and the twisted BW speed
+    # d_P(g_0, g_h)/h equals its square root to O(h) ~ 1e-4 relative
+    P = np.array([[1.5, -0.5], [-0.5, 0.8]])
+    V, eps, h = P @ A_SYM, 0.7, 1e-4
+    alpha = np.array([0.3, -0.2])
+
+    def field(state):
+        dm, dc = gaussian_odes.sinkhorn_rhs(A_SYM, V, eps, state[:2], state[2:].reshape(2, 2))
+        return np.concatenate([dm, dc.ravel()])
+
+    state = np.concatenate([alpha, COV.ravel()])
+    energy = lambda s: en.sinkhorn_energy_gaussian(s[2:].reshape(2, 2), A_SYM, eps, mean=s[:2])
+    up, down = _rk4(field, state, h), _rk4(field, state, -h)
+    rate = (energy(up) - energy(down)) / (2 * h)
+    b, M = V @ alpha, V @ en.sinkhorn_gain_gaussian(COV, A_SYM, eps)
+    Pinv = np.linalg.inv(P)
+    diss = b @ Pinv @ b + np.trace(Pinv @ M @ COV @ M.T)
+    assert rate == pytest.approx(-diss, rel=1e-7)
+    speed = en.twisted_bures_wasserstein(Gaussian(alpha, COV),
+                                         Gaussian(up[:2], up[2:].reshape(2, 2)), P) / h
+    assert speed == pytest.approx(np.sqrt(diss), rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# gradient-flow witness: symmetry of the velocity Jacobian
+# ---------------------------------------------------------------------------------------------
+
+def test_velocity_jacobian_matches_the_analytic_jacobian_of_linear_attention():
+    # Gamma_i = V M A x_i with M = sum_j w_j x_j x_j^T:
+    # dGamma_i/dx_j = V [delta_ij M A + w_j ((x_j^T A x_i) I + x_j (A x_i)^T)]
+    rng = np.random.default_rng(6)
+    n, d = 5, 2
+    X = rng.standard_normal((n, d))
+    w = np.full(n, 1 / n)
+    V = rng.standard_normal((d, d))
+    M = (X * w[:, None]).T @ X
+    J = np.zeros((n * d, n * d))
+    for i in range(n):
+        for j in range(n):
+            u = A_GEN @ X[i]
+            block = w[j] * ((X[j] @ u) * np.eye(d) + np.outer(X[j], u))
+            if i == j:
+                block = block + M @ A_GEN
+            J[i * d:(i + 1) * d, j * d:(j + 1) * d] = V @ block
+    # Gamma is cubic in X: central-difference error h^2 |Gamma'''| / 6 ~ 1e-8 at h = 1e-4
+    assert np.allclose(en.velocity_jacobian(Linear(A_GEN, V), Empirical(X)), J, atol=1e-7)
+
+
+def test_softmax_is_not_a_w2_gradient_flow_while_unnormalised_and_sinkhorn_are():
+    # V = I, A = -I: mobility P = I for unnormalised, Sinkhorn with V = A = A^T: P = I.
+    # The finite-difference error is estimated by comparing steps h and 2h.
+    rng = np.random.default_rng(7)
+    mu = Empirical(rng.standard_normal((8, 2)))
+    cases = {"softmax": Softmax(-I2, I2), "unnormalised": Unnormalised(-I2, I2),
+             "sinkhorn": Sinkhorn(A_SYM, A_SYM, eps=0.7, tol=1e-13)}
+    defects, fd_errors = {}, {}
+    for name, att in cases.items():
+        J1 = en.velocity_jacobian(att, mu, 1e-4)
+        J2 = en.velocity_jacobian(att, mu, 2e-4)
+        defects[name] = en.symmetry_defect(J1, mu.weights)
+        fd_errors[name] = np.linalg.norm(J1 - J2) / np.linalg.norm(J1)
+    fd = max(fd_errors.values())
+    assert fd < 1e-6
+    assert defects["softmax"] > 1e4 * fd                  # observed ~0.5 vs ~1e-8
+    assert defects["unnormalised"] < 10 * fd + 1e-7
+    assert defects["sinkhorn"] < 10 * fd + 1e-7
+
+
+def test_unnormalised_jacobian_is_symmetric_only_with_its_mobility():
+    A, V, P = _twisted_setup()
+    mu = Empirical(np.random.default_rng(8).standard_normal((6, 2)))
+    J = en.velocity_jacobian(Unnormalised(A, V), mu)
+    assert en.symmetry_defect(J, mu.weights, P) < 1e-7
+    assert en.symmetry_defect(J, mu.weights) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# twisted metric, Bures-Wasserstein geodesics, non-convexity witnesses
+# ---------------------------------------------------------------------------------------------
+
+def test_twisted_wasserstein_is_w2_after_the_change_of_variables():
+    rng = np.random.default_rng(9)
+    mu, nu = Empirical(rng.standard_normal((12, 2))), Empirical(rng.standard_normal((15, 2)))
+    P = np.diag([4.0, 0.25])
+    expected = wasserstein(Empirical(mu.points * [0.5, 2.0]), Empirical(nu.points * [0.5, 2.0]))
+    assert en.twisted_wasserstein(mu, nu, P) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="P must be .*positive"):
+        en.twisted_wasserstein(mu, nu, -P)
+
+
+def test_twisted_bures_wasserstein_in_1d():
+    # W2(N(m1, s1), N(m2, s2))^2 = (m1 - m2)^2 + (sqrt s1 - sqrt s2)^2, scaled by 1/p
+    g1, g2, p = Gaussian([0.3], [[2.0]]), Gaussian([-0.5], [[0.5]]), 3.0
+    expected = np.sqrt(((0.8) ** 2 + (np.sqrt(2.0) - np.sqrt(0.5)) ** 2) / p)
+    assert en.twisted_bures_wasserstein(g1, g2, [[p]]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_twisted_metric_speed_equals_the_square_root_of_the_dissipation():
+    # energy-dissipation equality in d_P: |mu'|_P = sqrt(int <Gamma, P^-1 Gamma>) (first order in h)
+    A, V, P = _twisted_setup()
+    rng = np.random.default_rng(10)
+    mu, h = Empirical(0.8 * rng.standard_normal((20, 2))), 1e-4
+    att = Unnormalised(A, V)
+    moved = mu.with_points(_rk4(lambda x: att.velocity(mu.with_points(x)), mu.points, h))
+    speed = en.twisted_wasserstein(mu, moved, P) / h
+    assert speed == pytest.approx(np.sqrt(en.dissipation(mu, att.velocity(mu), P)), rel=1e-3)
+
+
+def test_bures_wasserstein_geodesic_has_constant_speed():
+    # W2(g_s, g_t) = |t - s| W2(g_0, g_1) along a geodesic (checked with transport.bures_wasserstein)
+    g0 = Gaussian([0.0, 1.0], COV)
+    g1 = Gaussian([1.0, -0.5], np.array([[0.2, -0.1], [-0.1, 0.9]]))
+    means, covs = en.bures_wasserstein_geodesic(g0, g1, np.array([0.0, 0.3, 0.8, 1.0]))
+    assert np.allclose(covs[0], g0.cov) and np.allclose(covs[-1], g1.cov, atol=1e-12)
+    total = bures_wasserstein(g0, g1)
+    d = bures_wasserstein(Gaussian(means[1], covs[1]), Gaussian(means[2], covs[2]))
+    assert d == pytest.approx(0.5 * total, rel=1e-9)
+
+
+def test_squared_distance_from_the_start_grows_as_s_squared_along_a_geodesic():
+    # W2(g_0, g_s)^2 = s^2 W2(g_0, g_1)^2: the energy evaluated along the geodesic is s^2 times a
+    # constant, whose second differences are exactly 2 W2^2 (up to round-off)
+    g0 = Gaussian([0.5, 0.0], COV)
+    g1 = Gaussian([-0.5, 1.0], np.array([[0.3, 0.1], [0.1, 1.2]]))
+    s = np.linspace(0, 1, 11)
+    dist2 = lambda m, S: bures_wasserstein(g0, Gaussian(m, S)) ** 2
+    vals = en.energy_along_geodesic(dist2, g0, g1, s)
+    total = bures_wasserstein(g0, g1) ** 2
+    assert np.allclose(vals, s ** 2 * total, atol=1e-10)
+    assert np.allclose(en.second_differences(vals, s), 2 * total, atol=1e-6)
+    with pytest.raises(ValueError, match="uniformly"):
+        en.second_differences(vals, s ** 2)
+
+
+def test_interaction_energy_is_not_convex_along_a_translation_geodesic():
+    # W2 geodesic translating N(0, 0.2 I) by s v: E(s) = 1/2 det(I - S^2)^(-1/2) exp(-s^2|v|^2/1.2)
+    # has second difference < 0 at s = 0; check on the closed form and on particles
+    S, v, ds = 0.2 * I2, np.array([1.0, 0.0]), 0.05
+    vals = [en.interaction_energy_gaussian(S, -I2, mean=s * v) for s in (-ds, 0.0, ds)]
+    second = (vals[0] - 2 * vals[1] + vals[2]) / ds ** 2
+    exact = 0.5 / (1 - 0.04) * (-2 / 1.2)                  # d^2/ds^2 at s = 0
+    assert second == pytest.approx(exact, rel=1e-2)        # O(ds^2) difference error
+    pts = Gaussian([0, 0], S).sample(200, seed=11).points
+    part = [en.interaction_energy(Empirical(pts + s * v), -I2) for s in (-ds, 0.0, ds)]
+    assert (part[0] - 2 * part[1] + part[2]) / ds ** 2 < -0.5
+
+
+def test_bad_arguments_raise_named_errors():
+    mu = Empirical(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="A"):
+        en.sinkhorn_energy(mu, np.eye(3))
+    with pytest.raises(ValueError, match="eps"):
+        en.sinkhorn_energy_gaussian(COV, A_SYM, eps=0.0)
+    with pytest.raises(ValueError, match="cov"):
+        en.interaction_energy_gaussian(-COV, A_SYM)
+    with pytest.raises(TypeError, match="mu"):
+        en.interaction_energy(np.zeros((3, 2)), A_SYM)
+    with pytest.raises(ValueError, match="cov0"):
+        en.bures_wasserstein_map(np.zeros((2, 2)), COV)

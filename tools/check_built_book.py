@@ -176,7 +176,7 @@ def check_in_browser(html_dir, pages, shots_dir):
                 for k, outcome in enumerate(page.evaluate(_PLAY_ANIMATIONS)):
                     if outcome != "ok":
                         failures.append(f"{rel}: static twin #{k}: {outcome}")
-            page.screenshot(path=str(shots_dir / (str(rel).replace("/", "__") + ".png")))
+            page.screenshot(path=str(shots_dir / (str(rel).replace("/", "__") + ".png")), full_page=True)
             print(f"  {rel}: {report['nMath']} formulas, {report['anims']} animations")
         browser.close()
     server.shutdown()

@@ -21,6 +21,8 @@ import nbformat
 import yaml
 from nbval import plugin as nbval_plugin
 
+from tpde_lib.claims import toc_documents
+
 
 def is_myst_notebook(path):
     """True when ``path`` is a Markdown file whose front matter declares a Jupytext MyST notebook."""
@@ -43,27 +45,10 @@ def is_myst_notebook(path):
 
 def toc_files(root):
     """The documents listed in ``root/_toc.yml`` as resolved paths (``None`` without a toc)."""
-    toc_path = Path(root) / "_toc.yml"
-    if not toc_path.exists():
+    if not (Path(root) / "_toc.yml").exists():
         return None
-    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8")) or {}
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key in ("root", "file"):
-                if key in node:
-                    found.append(node[key])
-            for value in node.values():
-                if isinstance(value, (list, dict)):
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(toc)
     resolved = set()
-    for name in found:
+    for name in toc_documents(root):
         p = Path(root) / name
         resolved.add((p if p.suffix else p.with_suffix(".md")).resolve())
     return resolved

@@ -84,16 +84,16 @@ def record(key, status, statement, value=None):
     (folder / f"{key}.json").write_text(json.dumps(payload), encoding="utf-8")
 
 
-def _toc_chapters(root):
+def toc_documents(root):
+    """Document names listed in ``root/_toc.yml`` (``root`` and ``file`` entries), in book order."""
     import yaml
 
     toc = yaml.safe_load((Path(root) / "_toc.yml").read_text(encoding="utf-8")) or {}
-    files = []
+    names = []
 
     def walk(node):
         if isinstance(node, dict):
-            if "file" in node:
-                files.append(node["file"])
+            names.extend(node[key] for key in ("root", "file") if key in node)
             for value in node.values():
                 if isinstance(value, (list, dict)):
                     walk(value)
@@ -102,7 +102,11 @@ def _toc_chapters(root):
                 walk(item)
 
     walk(toc)
-    return [f for f in files if f.startswith("chapters/")]
+    return names
+
+
+def _toc_chapters(root):
+    return [f for f in toc_documents(root) if f.startswith("chapters/")]
 
 
 def _slug(title):

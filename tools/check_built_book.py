@@ -8,8 +8,9 @@ Usage::
    file of the build, and every ``#fragment`` to an element id of its target page.
 2. **Browser**: headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) loads
    each page from a server on 127.0.0.1 with every other address blocked, and fails the page if
-   it shows raw TeX (MathJax did not render), a figure that did not load, an error output, or a
-   static twin (``to_jshtml`` animation) that does not play. A screenshot of each page is kept
+   it shows raw TeX (MathJax did not render), a figure that did not load, an error output,
+   embedded widgets that do not render, or a static twin (``to_jshtml`` animation) that does not
+   play. A screenshot of each page is kept
    in ``_build/screenshots/``.
 
 Prints one line per failure and a closing ``N passed, N failed`` line; exits 1 on any failure.
@@ -112,7 +113,15 @@ async () => {
                  .map(e => e.textContent.trim().slice(0, 200))
                  .filter(t => /Error|Traceback|Exception/.test(t));
   const anims = [...document.querySelectorAll('.animation')].length;
-  return {rawMath, broken, errors, anims, nMath: maths.length};
+  // embedded widget views: the widget manager (served with the book) must render them
+  const views = document.querySelectorAll(
+      'script[type="application/vnd.jupyter.widget-view+json"]').length;
+  let widgets = 0;
+  for (let k = 0; views && k < 50 && !widgets; k++) {
+    await new Promise(r => setTimeout(r, 200));
+    widgets = document.querySelectorAll('.jupyter-widgets').length;
+  }
+  return {rawMath, broken, errors, anims, views, widgets, nMath: maths.length};
 }
 """
 
@@ -172,12 +181,15 @@ def check_in_browser(html_dir, pages, shots_dir):
                 failures.append(f"{rel}: figure did not load: {src!r}")
             for err in report["errors"]:
                 failures.append(f"{rel}: error output: {err!r}")
+            if report["views"] and not report["widgets"]:
+                failures.append(f"{rel}: {report['views']} embedded widgets did not render")
             if report["anims"]:
                 for k, outcome in enumerate(page.evaluate(_PLAY_ANIMATIONS)):
                     if outcome != "ok":
                         failures.append(f"{rel}: static twin #{k}: {outcome}")
             page.screenshot(path=str(shots_dir / (str(rel).replace("/", "__") + ".png")), full_page=True)
-            print(f"  {rel}: {report['nMath']} formulas, {report['anims']} animations")
+            print(f"  {rel}: {report['nMath']} formulas, {report['anims']} animations, "
+                  f"{report['views']} widget views ({report['widgets']} widget elements rendered)")
         browser.close()
     server.shutdown()
     if blocked:

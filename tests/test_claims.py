@@ -85,3 +85,21 @@ def test_anchor_equals_the_slug_myst_computes(heading):
     md = MarkdownIt("commonmark").use(dollarmath_plugin)
     node = SyntaxTreeNode(md.parse(f"## {heading}\n")).children[0]
     assert claims._slug(heading) == compute_unique_slug(node, set())
+
+
+def test_ledger_rejects_a_key_used_twice(book):
+    page = book / "chapters" / "one.md"
+    page.write_text(page.read_text().replace('"demo-two"', '"demo-one"'))
+    with pytest.raises(ValueError, match="demo-one"):
+        claims.ledger_markdown(book)
+
+
+def test_this_books_claim_keys_are_unique_and_statuses_valid():
+    from collections import Counter
+    from pathlib import Path
+
+    found = claims.collect(Path(__file__).resolve().parents[1])
+    assert found, "no chapter records a claim"
+    twice = [k for k, n in Counter(c["key"] for c in found).items() if n > 1]
+    assert not twice, f"claim keys used twice: {twice}"
+    assert {c["status"] for c in found} <= set(claims.STATUSES)

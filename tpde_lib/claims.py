@@ -191,6 +191,12 @@ def ledger_markdown(root=None):
     """The ledger as a Markdown table (MyST), one row per claim, with links and build status."""
     root = Path(root) if root is not None else _book_root()
     claims = collect(root)
+    seen = {}
+    for c in claims:
+        if c["key"] in seen:
+            raise ValueError(f"claim key {c['key']!r} is used twice: in {seen[c['key']]} and "
+                             f"{c['chapter']}")
+        seen[c["key"]] = c["chapter"]
     folder = _records_dir(root)
     rows = ["| claim | status | checked in | passed in this build |",
             "|---|---|---|---|"]

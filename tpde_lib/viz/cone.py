@@ -1,0 +1,221 @@
+r"""2×2 covariance trajectories: the PSD cone in 3-D, the normalised-trace disk, ellipses, ranks.
+
+A 2×2 covariance :math:`\Sigma = \begin{pmatrix}a&c\\c&b\end{pmatrix}` is drawn at
+:math:`(a-b, 2c, a+b)`: the PSD cone becomes the round cone :math:`z \ge \sqrt{x^2+y^2}`, whose
+boundary holds the rank-one matrices and whose apex is :math:`0` (paper notes §7.3). The disk view
+plots :math:`\Sigma/\operatorname{tr}\Sigma`: the unit circle is rank one, the centre isotropic.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Ellipse
+
+from ..clustering import to_3d, to_disk
+
+__all__ = ["as_paths", "path_colours", "draw_cone", "plot_cone_trajectories",
+           "plot_disk_trajectories", "plot_ellipses", "plot_rank_histograms"]
+
+
+def as_paths(paths, valid=None):
+    """A list of (T_i, 2, 2) arrays from a list of paths or a (B, T, 2, 2) array (+ valid mask).
+
+    Parameters
+    ----------
+    paths : sequence of array_like (T_i, 2, 2), or array_like (B, T, 2, 2)
+    valid : array_like of bool, shape (B, T), optional
+        Times to keep (e.g. before blow-up) when ``paths`` is an array.
+    """
+    if isinstance(paths, np.ndarray) and paths.ndim == 4:
+        if valid is None:
+            return [p for p in paths]
+        valid = np.asarray(valid, bool)
+        return [p[v] for p, v in zip(paths, valid) if v.any()]
+    out = [np.asarray(p, float) for p in paths]
+    for p in out:
+        if p.ndim != 3 or p.shape[1:] != (2, 2):
+            raise ValueError(f"each path must have shape (T, 2, 2), got {p.shape}")
+    return out
+
+
+def path_colours(paths, by="start", cmap="viridis"):
+    """Colours as in the official plots: by the starting :math:`2c` or by the final trace.
+
+    Parameters
+    ----------
+    paths : list of (T_i, 2, 2) arrays
+    by : {"start", "final"} or array_like of shape (B,)
+        Colour key; an array gives the values to map directly.
+
+    Returns
+    -------
+    ndarray, shape (B, 4)
+        RGBA colours (viridis, min-max normalised).
+    """
+    if isinstance(by, str):
+        if by == "start":
+            key = np.array([to_3d(p[0])[1] for p in paths])
+        elif by == "final":
+            key = np.array([np.trace(p[-1]) for p in paths])
+        else:
+            raise ValueError(f"by must be 'start', 'final' or an array, got {by!r}")
+    else:
+        key = np.asarray(by, float)
+        if key.shape != (len(paths),):
+            raise ValueError(f"by must have shape ({len(paths)},), got {key.shape}")
+    span = np.ptp(key) if key.size else 0.0
+    u = (key - key.min()) / span if span > 0 else np.full(key.shape, 0.5)
+    return plt.get_cmap(cmap)(u)
+
+
+def draw_cone(ax, scale, alpha=0.07, color="k"):
+    """Translucent surface :math:`z = \\sqrt{x^2+y^2}` up to radius ``scale`` on a 3-D axis."""
+    u, r = np.meshgrid(np.linspace(0, 2 * np.pi, 60), np.linspace(0, scale, 12))
+    x, y = r * np.cos(u), r * np.sin(u)
+    ax.plot_surface(x, y, np.hypot(x, y), alpha=alpha, color=color, linewidth=0)
+
+
+def plot_cone_trajectories(ax, paths, valid=None, colour="start", cone=True, rank_one=None,
+                           view=(20, -112), cmap="viridis", linewidth=1.0, alpha=0.6,
+                           title=None):
+    """Covariance trajectories inside the PSD cone (3-D), like the official ``plot_evolution``.
+
+    Parameters
+    ----------
+    ax : mpl_toolkits.mplot3d.Axes3D
+        A 3-D axis (``fig.add_subplot(projection="3d")``).
+    paths : list of (T_i, 2, 2) arrays, or (B, T, 2, 2) array
+    valid : (B, T) bool array, optional
+    colour : {"start", "final"} or (B,) array
+        See :func:`path_colours`.
+    cone : bool
+        Draw the translucent cone.
+    rank_one : array_like, shape (3,), optional
+        Unit direction of a predicted rank-one limit ray, drawn as a black line.
+    view : (elev, azim)
+    title : str, optional
+    """
+    from mpl_toolkits.mplot3d.art3d import Line3DCollection
+
+    paths = as_paths(paths, valid)
+    cols = path_colours(paths, colour, cmap)
+    pts = [to_3d(p) for p in paths]
+    ax.add_collection3d(Line3DCollection(pts, colors=cols, alpha=alpha, linewidths=linewidth))
+    ends = np.array([X[-1] for X in pts])
+    ax.scatter(ends[:, 0], ends[:, 1], ends[:, 2], color=cols, s=5)
+    scale = max(float(np.abs(X[:, 2]).max()) for X in pts)
+    lim = max(scale, 1e-12)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_zlim(0, lim)
+    if rank_one is not None:
+        s = np.linspace(0, scale * np.sqrt(2), 50)
+        d = np.asarray(rank_one, float)
+        ax.plot(d[0] * s, d[1] * s, d[2] * s, color="k", alpha=0.7, linewidth=1.2)
+    if cone:
+        draw_cone(ax, scale)
+    ax.view_init(elev=view[0], azim=view[1])
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def plot_disk_trajectories(ax, paths, valid=None, colour="start", cmap="viridis",
+                           linewidth=1.0, alpha=0.6, title=None):
+    """Normalised trajectories :math:`\\Sigma/\\operatorname{tr}\\Sigma` in the unit disk.
+
+    Like the official ``plot_evolution_2d``: the unit circle (rank one) is drawn in black.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    paths, valid, colour, cmap : see :func:`plot_cone_trajectories`
+    """
+    from matplotlib.collections import LineCollection
+
+    paths = as_paths(paths, valid)
+    cols = path_colours(paths, colour, cmap)
+    pts = [to_disk(p) for p in paths]
+    ax.add_collection(LineCollection(pts, colors=cols, alpha=alpha, linewidths=linewidth))
+    ends = np.array([X[-1] for X in pts])
+    ax.scatter(ends[:, 0], ends[:, 1], color=cols, s=5)
+    th = np.linspace(0, 2 * np.pi, 200)
+    ax.plot(np.cos(th), np.sin(th), color="k", alpha=0.5, linewidth=0.8)
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def plot_ellipses(ax, covs, mean=None, n_max=8, cmap="viridis", scale=1.0, normalise=False):
+    """Covariance ellipses :math:`\\{x: (x-\\alpha)^\\top\\Sigma^{-1}(x-\\alpha) = 1\\}` over time.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    covs : array_like, shape (T, 2, 2)
+    mean : array_like, shape (2,) or (T, 2), optional
+    n_max : int
+        At most this many ellipses, evenly spaced in the index.
+    normalise : bool
+        Divide each covariance by its trace (shape only).
+    """
+    covs = np.asarray(covs, float)
+    T = covs.shape[0]
+    idx = np.unique(np.linspace(0, T - 1, min(n_max, T)).round().astype(int))
+    means = np.zeros((T, 2)) if mean is None else np.broadcast_to(np.asarray(mean, float), (T, 2))
+    cols = plt.get_cmap(cmap)(np.linspace(0, 1, idx.size))
+    r = 0.0
+    for c, i in zip(cols, idx):
+        S = covs[i] / np.trace(covs[i]) if normalise else covs[i]
+        lam, U = np.linalg.eigh(S)
+        lam = np.clip(lam, 0.0, None)
+        w, h = 2 * scale * np.sqrt(lam[::-1])
+        angle = np.degrees(np.arctan2(U[1, 1], U[0, 1]))
+        ax.add_patch(Ellipse(means[i], w, h, angle=angle, fill=False, color=c, linewidth=1.2))
+        r = max(r, w / 2 + np.abs(means[i]).max())
+    r = max(r, 1e-3) * 1.1
+    ax.set_xlim(-r, r)
+    ax.set_ylim(-r, r)
+    ax.set_aspect("equal")
+    return ax
+
+
+def plot_rank_histograms(fig, ranks, rows, dims=(3, 4, 5), predicted=None, title=None):
+    """A grid of rank histograms (rows × dimensions), like the official ``histograms_*.pdf``.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    ranks : dict
+        ``(row, d) -> sequence of int`` ranks.
+    rows : sequence of str
+        Row labels (keys of ``ranks``).
+    dims : sequence of int
+    predicted : dict, optional
+        ``(row, d) -> int``: a predicted rank, marked by a red triangle.
+    """
+    axes = fig.subplots(len(rows), len(dims), squeeze=False)
+    for i, row in enumerate(rows):
+        for j, d in enumerate(dims):
+            ax = axes[i, j]
+            bins = np.arange(0, d + 1.5) - 0.5
+            ax.hist(list(ranks.get((row, d), [])), bins=bins, color="tab:blue", rwidth=0.8)
+            ax.set_xticks(np.arange(0, d + 1))
+            if predicted is not None and (row, d) in predicted:
+                ax.plot([predicted[(row, d)]], [0], marker="^", color="tab:red", ms=9,
+                        clip_on=False)
+            if j == 0:
+                ax.set_ylabel(row, fontsize=9)
+            if i == 0:
+                ax.set_title(f"d = {d}", fontsize=9)
+            if i == len(rows) - 1:
+                ax.set_xlabel("rank")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return axes

@@ -86,3 +86,14 @@ def as_times(name, value):
     if np.any(np.diff(t) <= 0):
         raise ValueError(f"{name} must be strictly increasing")
     return t
+
+
+def as_at_least(name, value, minimum, why=""):
+    """A finite float ``>= minimum``; ``why`` is appended to the error message."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a number >= {minimum:g}, got {type(value).__name__}") from exc
+    if not np.isfinite(x) or x < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum:g}{why}, got {value!r}")
+    return x

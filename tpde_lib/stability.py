@@ -84,7 +84,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_positive
+from ._checks import as_at_least, as_positive
 from .attention import L2, Linear, MultiHead, Sigmoid, Sinkhorn, Softmax
 
 __all__ = ["StabilityBound", "support_radius", "lipschitz_constants", "stability_bound",
@@ -160,13 +160,7 @@ def support_radius(att, T, R0, n_grid=201):
 
 
 def _as_time(T):
-    try:
-        T = float(T)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"T must be a non-negative number, got {type(T).__name__}") from exc
-    if not np.isfinite(T) or T < 0:
-        raise ValueError(f"T must be a finite non-negative number, got {T!r}")
-    return T
+    return as_at_least("T", T, 0.0)
 
 
 def _log_lipschitz(att, R, t):

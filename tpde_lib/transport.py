@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import ot
 
+from ._checks import as_at_least
 from .measures import Empirical, Gaussian
 
 __all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein"]
@@ -37,14 +38,7 @@ def _check_pair(mu, nu):
 
 
 def _check_p(p):
-    try:
-        p = float(p)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"p must be a number >= 1, got {type(p).__name__}") from exc
-    if not np.isfinite(p) or p < 1:
-        raise ValueError(f"p must be a finite number >= 1 (W_p is a metric only for p >= 1), "
-                         f"got {p!r}")
-    return p
+    return as_at_least("p", p, 1.0, " (W_p is a metric only for p >= 1)")
 
 
 def _cost_matrix(x, y, p):

@@ -213,7 +213,8 @@ def ledger_markdown(root=None):
             value = f" ({data['value']})" if ok and data.get("value") not in (None, "None") else ""
         passed += ok
         mark = f"✔ passed{value}" if ok else "✘ not run in this build"
-        link = f"[{c['title']} › {c['section']}](chapters/{Path(c['chapter']).name}.md#{c['anchor']})"
+        short = c["title"].split(":")[0]  # the chapter title before its subtitle
+        link = f"[{short} › {c['section']}](chapters/{Path(c['chapter']).name}.md#{c['anchor']})"
         statement = c["statement"].replace("|", "\\|")
         rows.append(f"| {statement} | {STATUSES[c['status']]} | {link} | {mark} |")
     summary = (f"**{len(claims)} claims checked**, {passed} passed in this build: "

@@ -309,3 +309,9 @@ def test_classify_outcome_on_known_trajectories():
                                         [np.inf, np.inf, np.inf, 60.0], valid, rank_tol=2e-2)
     np.testing.assert_array_equal(outcome, [cl.GROWS, cl.CONVERGES, cl.CONVERGES, cl.BLOWS_UP])
     np.testing.assert_array_equal(rank, [-1, 1, 0, -1])
+    # a member the solver stopped at its growth cap ("growth_limit", with only an extrapolated
+    # time) grows; it is not a detected blow-up
+    outcome, _ = cl.classify_outcome(np.stack([grow, to_line, to_zero, blow]),
+                                     [80.0, np.inf, np.inf, 60.0], valid, rank_tol=2e-2,
+                                     status=["growth_limit", "ok", "ok", "blowup"])
+    np.testing.assert_array_equal(outcome, [cl.GROWS, cl.CONVERGES, cl.CONVERGES, cl.BLOWS_UP])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from tpde_lib.attention import Linear, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised
+from tpde_lib.attention import Linear, Sigmoid, Sinkhorn, Softmax, Unnormalised
 from tpde_lib.gaussian import (
     GaussianBatch,
     GaussianTrajectory,
@@ -175,16 +175,14 @@ def test_one_dimensional_sinkhorn_follows_its_implicit_solution():
     assert np.allclose(t_impl, ts, rtol=1e-6, atol=1e-6)
 
 
-def test_multihead_with_one_head_and_linear_with_zero_mean_give_softmax_covariances():
+def test_linear_with_zero_mean_gives_the_softmax_covariance_ode():
     rng = np.random.default_rng(5)
     A = -np.eye(3) + 0.4 * rng.standard_normal((3, 3))
     V = _spd(rng, 3)
     g0 = Gaussian(np.zeros(3), _spd(rng, 3))
     ts = np.linspace(0, 5, 6)
     sm = simulate_gaussian(Softmax(A, V), g0, ts)
-    mh = simulate_gaussian(MultiHead([Softmax(A, V)]), g0, ts)
     lin = simulate_gaussian(Linear(A, V), g0, ts)
-    assert np.allclose(mh.cov, sm.cov, rtol=1e-12) and np.allclose(mh.mean, sm.mean)
     assert np.allclose(lin.cov, sm.cov, rtol=1e-7, atol=1e-10)
 
 
@@ -391,3 +389,13 @@ def test_ellipse_points_lie_on_the_n_std_level_set_of_the_marginal():
     # degenerate covariance: a segment along the range
     seg = ellipse_points([0.0, 0.0], [[1.0, 1.0], [1.0, 1.0]], n_std=1.0)
     assert np.allclose(seg[:, 0], seg[:, 1]) and np.abs(seg).max() <= np.sqrt(2) + 1e-12
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: softmax_blowup_time(np.eye(2), np.eye(2), v=np.nan), "v must be finite"),
+    (lambda: scalar_closed_form(1.0, np.nan, 1.0, [0.5]), "a must be finite"),
+    (lambda: projected_euler(lambda S: -S, np.array([[1.0, 5.0], [-3.0, 1.0]]), 0.1), "symmetric"),
+])
+def test_closed_forms_and_euler_reject_nan_and_non_symmetric_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

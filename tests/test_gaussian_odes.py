@@ -234,14 +234,6 @@ def test_sinkhorn_scalar_case_matches_the_1d_closed_form():
         assert np.isclose(got[0, 0], v / a * (np.sqrt(1 + 4 * a * a * s * s) - 1), rtol=1e-12)
 
 
-def test_multihead_with_one_head_equals_softmax():
-    rng = np.random.default_rng(9)
-    A, V = rng.standard_normal((2, D, D))
-    S, m = _spd(rng, D), rng.standard_normal(D)
-    for got, ref in zip(multihead_rhs([A], [V], m, S), softmax_rhs(A, V, m, S)):
-        assert np.array_equal(got, ref)
-
-
 def test_multihead_is_the_sum_of_independently_computed_heads():
     # direct formula sum_h (V_h S A_h S + S A_h^T S V_h^T), written out per head
     rng = np.random.default_rng(10)

@@ -103,3 +103,14 @@ def test_from_empirical_matches_moments():
     mu = Gaussian([0.0, 1.0], np.diag([1.0, 4.0])).sample(100, seed=0)
     g = Gaussian.from_empirical(mu)
     assert np.allclose(g.mean, mu.mean()) and np.allclose(g.cov, mu.cov())
+
+
+def test_measures_copy_the_callers_arrays():
+    X = np.zeros((3, 2))
+    mu = Empirical(X)
+    X[0, 0] = 5.0  # the caller's array stays writable and the measure does not change
+    assert mu.points[0, 0] == 0.0
+    S = np.eye(2)
+    g = Gaussian(np.zeros(2), S)
+    S[0, 0] = 9.0
+    assert g.cov[0, 0] == 1.0

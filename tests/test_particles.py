@@ -200,3 +200,12 @@ def test_blow_up_can_stop_the_simulation_and_keep_the_times_reached(method):
     ok = simulate(att, Empirical(X), times[: len(traj)], method=method, h=0.01)
     np.testing.assert_array_equal(traj.points, ok.points)
     assert ok.blowup_time is None
+
+
+def test_cloud_limits_hold_a_cloud_far_from_the_origin():
+    from tpde_lib.viz.clouds import common_limits
+
+    pts = np.random.default_rng(0).normal(size=(50, 2)) * 0.1 + np.array([10.0, -10.0])
+    traj = simulate(Softmax(np.zeros((2, 2)), np.zeros((2, 2))), Empirical(pts), [0.0, 0.1])
+    lo, hi = common_limits([traj])
+    assert np.all(lo <= pts.min(axis=0)) and np.all(pts.max(axis=0) <= hi)

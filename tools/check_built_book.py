@@ -73,8 +73,7 @@ def check_links(html_dir, pages):
             if parts.scheme or link.startswith(("//", "mailto:", "javascript:", "data:")):
                 continue  # external: not checked here (no network)
             n_links += 1
-            target = rel if not parts.path else (html_dir / rel.parent / unquote(parts.path))
-            target = (html_dir / rel) if not parts.path else target
+            target = (html_dir / rel) if not parts.path else (html_dir / rel.parent / unquote(parts.path))
             target = target.resolve()
             if not target.exists():
                 failures.append(f"{rel}: broken link {link!r}")
@@ -211,14 +210,13 @@ def main(argv=None):
     link_failures, n_links = check_links(html_dir, pages)
     print(f"links: {n_links} internal links checked on {len(pages)} pages")
     failures = list(link_failures)
-    n_checks = len(pages)
     if not args.links_only:
         failures += check_in_browser(html_dir, pages, html_dir.parent / "screenshots")
-        n_checks += len(pages)
     for f in failures:
         print("FAIL", f)
-    failed_units = len({f.split(":")[0] for f in failures})
-    print(f"browser-check: {n_checks - failed_units} passed, {failed_units} failed")
+    # one verdict per page: a page passes when neither its links nor its rendering failed
+    failed_pages = len({f.split(":")[0] for f in failures})
+    print(f"browser-check: {len(pages) - failed_pages} passed, {failed_pages} failed")
     return 1 if failures else 0
 
 

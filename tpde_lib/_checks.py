@@ -97,3 +97,14 @@ def as_at_least(name, value, minimum, why=""):
     if not np.isfinite(x) or x < minimum:
         raise ValueError(f"{name} must be a finite number >= {minimum:g}{why}, got {value!r}")
     return x
+
+
+def as_finite(name, value):
+    """A finite float (any sign)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}") from exc
+    if not np.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return x

@@ -7,6 +7,8 @@ A :class:`Param` wraps either a fixed array (validated once) or a callable ``t -
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._checks import as_float_array
 
 
@@ -34,7 +36,7 @@ class Param:
             self.shape = probe.shape
         else:
             self._fn = None
-            self._const = as_float_array(name, value, ndim=ndim, shape=shape)
+            self._const = np.array(as_float_array(name, value, ndim=ndim, shape=shape), copy=True)
             self._const.setflags(write=False)
             self.shape = self._const.shape
 

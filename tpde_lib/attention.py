@@ -188,8 +188,11 @@ class _Attention:
             raise NotImplementedError(f"causal (masked) {self.name} attention does not preserve "
                                       "Gaussians: no mean/covariance ODE")
         m = as_float_array("mean", mean, shape=(self.d,))
-        # cov may be slightly non-PSD mid-integration: check shape and finiteness only
+        # cov may be slightly non-PSD mid-integration: check shape, finiteness and symmetry only
         c = as_float_array("cov", cov, shape=(self.d, self.d))
+        scale = max(np.abs(c).max(), np.finfo(float).tiny)
+        if np.abs(c - c.T).max() > 1e-8 * scale:
+            raise ValueError(f"cov must be symmetric (max |cov - cov^T| = {np.abs(c - c.T).max():.3g})")
         return m, c
 
     def __repr__(self):

@@ -596,10 +596,11 @@ CONVERGES, BLOWS_UP, GROWS = 0, 1, 2
 OUTCOME_NAMES = {CONVERGES: "converges", BLOWS_UP: "blows up", GROWS: "grows"}
 
 
-def classify_outcome(cov, blowup_time, valid=None, growth_factor=10.0, rank_tol=1e-2):
+def classify_outcome(cov, blowup_time, valid=None, growth_factor=10.0, rank_tol=1e-2, status=None):
     r"""Classify accurate covariance trajectories: converge to rank r, blow up at t*, or grow.
 
-    * **blows up**: the integrator reported a finite blow-up time;
+    * **blows up**: the integrator reported a finite blow-up time (with ``status`` given: only
+      where it is ``"blowup"``; a ``"growth_limit"`` stop is growth, not a detected blow-up);
     * **grows**: no blow-up within the horizon, and the trace at the last valid time exceeds
       ``growth_factor`` times the initial trace (growth without finite-time blow-up, e.g. ℓ² and
       Sinkhorn where softmax blows up, notes §6.3 R6);
@@ -616,6 +617,8 @@ def classify_outcome(cov, blowup_time, valid=None, growth_factor=10.0, rank_tol=
     valid : array_like of bool, shape (B, T), optional
         Which times are before blow-up (default: all).
     growth_factor, rank_tol : float
+    status : array_like of str, shape (B,), optional
+        The solver's status per member (:class:`~tpde_lib.gaussian.GaussianBatch`).
 
     Returns
     -------
@@ -638,7 +641,14 @@ def classify_outcome(cov, blowup_time, valid=None, growth_factor=10.0, rank_tol=
     trT = np.trace(final, axis1=-2, axis2=-1)
     outcome = np.full(B, CONVERGES)
     outcome[trT > growth_factor * tr0] = GROWS
-    outcome[np.isfinite(tstar)] = BLOWS_UP
+    blows = np.isfinite(tstar)
+    if status is not None:
+        status = np.asarray(status).reshape(-1)
+        if status.shape != (B,):
+            raise ValueError(f"status must have shape ({B},), got {status.shape}")
+        blows &= status == "blowup"
+        outcome[(status == "growth_limit") & ~blows] = GROWS
+    outcome[blows] = BLOWS_UP
     lam = np.linalg.eigvalsh(final)
     rank = np.sum(lam > rank_tol * tr0[:, None], axis=-1)
     rank[outcome != CONVERGES] = -1
@@ -727,7 +737,7 @@ def phase_diagram(a1, a2, V, cov0, theta=0.0, skew=0.0, horizon=50.0, n_times=20
     times = np.linspace(0.0, horizon, n_times)
     batch = simulate_gaussian_batch(atts, np.broadcast_to(cov0, flatA.shape).copy(), times,
                                     **solver_options)
-    outcome, rank = classify_outcome(batch.cov, batch.blowup_time, batch.valid,
+    outcome, rank = classify_outcome(batch.cov, batch.blowup_time, batch.valid, status=batch.status,
                                      growth_factor=growth_factor, rank_tol=rank_tol)
     shape = g1.shape
     pred_t = pred_r = None
@@ -794,7 +804,7 @@ def r5_counterexample(d=2, seed=0, n_candidates=100, horizon=10.0):
     batch = simulate_gaussian_batch(atts, cov0, np.array([0.0, horizon]), rtol=1e-10,
                                     atol=1e-12)
     tstar = np.asarray(batch.blowup_time, float)
-    hits = np.flatnonzero(np.isfinite(tstar))
+    hits = np.flatnonzero(np.isfinite(tstar) & (batch.status == "blowup"))
     if hits.size == 0:
         raise RuntimeError("no candidate blew up; increase n_candidates or horizon")
     i = hits[0]

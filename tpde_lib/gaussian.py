@@ -36,7 +36,7 @@ import numpy as np
 from scipy.integrate import RK45, solve_ivp
 
 from . import gaussian_odes as _odes
-from ._checks import as_covariance, as_float_array, as_positive, as_square, as_times
+from ._checks import as_covariance, as_finite, as_float_array, as_positive, as_square, as_times
 from .measures import Gaussian
 
 __all__ = [
@@ -721,7 +721,7 @@ def projected_euler(rhs, cov0, h, tol_low=1e-5, tol_high=1e3, max_iter=50000, re
         S = S[None]
     if S.ndim != 3 or S.shape[1] != S.shape[2]:
         raise ValueError(f"cov0 must have shape (d, d) or (B, d, d), got {S.shape}")
-    S = S.copy()
+    S = np.stack([as_covariance(f"cov0[{b}]", c) for b, c in enumerate(S)])
     B = S.shape[0]
     running = np.ones(B, dtype=bool)
     status = np.full(B, "max_iter", dtype=object)
@@ -803,7 +803,7 @@ def softmax_blowup_time(cov0, A, v=1.0):
     float or ndarray of shape (...)
     """
     cov0, A = _check_cov_A(cov0, A)
-    v = float(v)
+    v = as_finite("v", v)
     _, p, _ = _whitened(cov0, A)
     rate = (v * p).max(axis=-1)
     # a rate at round-off level of the spectrum is a zero eigenvalue (e.g. rank-deficient A+A^T)
@@ -844,7 +844,7 @@ def softmax_identity_V_closed_form(cov0, A, times, v=1.0):
     cov0 = as_covariance("cov0", cov0)
     A = as_square("A", A, cov0.shape[0])
     times = as_float_array("times", times, ndim=1)
-    v = float(v)
+    v = as_finite("v", v)
     R, p, U = _whitened(cov0, A)
     denom = 1.0 - v * times[:, None] * p[None, :]
     if np.any(denom <= 0):
@@ -923,7 +923,8 @@ def scalar_closed_form(sigma0, a, v, times):
     if not np.isfinite(sigma0) or sigma0 < 0:
         raise ValueError(f"sigma0 must be a finite variance >= 0, got {sigma0!r}")
     times = as_float_array("times", times, ndim=1)
-    denom = 1.0 - 2.0 * float(v) * float(a) * sigma0 * times
+    a, v = as_finite("a", a), as_finite("v", v)
+    denom = 1.0 - 2.0 * v * a * sigma0 * times
     if np.any(denom <= 0):
         raise ValueError(f"times reach the blow-up time t* = {1 / (2 * v * a * sigma0):.6g}")
     return sigma0 / denom

@@ -55,8 +55,10 @@ class Empirical:
             s = as_float_array("positions", positions, shape=(n,))
             if np.any((s < 0) | (s > 1)):
                 raise ValueError("positions must lie in [0, 1]")
-        self._points, self._weights, self._positions = pts, w, s
-        for a in (pts, w, s):
+        # private read-only copies: the caller's arrays stay writable and cannot change us
+        self._points, self._weights, self._positions = (
+            None if a is None else np.array(a, copy=True) for a in (pts, w, s))
+        for a in (self._points, self._weights, self._positions):
             if a is not None:
                 a.setflags(write=False)
 
@@ -116,6 +118,7 @@ class Gaussian:
             raise ValueError(f"cov must have shape ({m.size}, {m.size}) to match mean of shape "
                              f"{m.shape}, got {c.shape}")
         c = as_covariance("cov", c)
+        m, c = np.array(m, copy=True), np.array(c, copy=True)
         m.setflags(write=False)
         c.setflags(write=False)
         self._mean, self._cov = m, c

@@ -73,7 +73,8 @@ def common_limits(trajs, k=None, pad=0.08, quantile=1.0):
     """Square axis limits holding every cloud of ``trajs`` (all times, or time index ``k``).
 
     ``quantile`` < 1 ignores the farthest tokens (useful when a few escape). Returns
-    ``(lo, hi)`` for both axes.
+    ``(lo, hi)``, each of shape (2,): the x and y limits, a square of the same side around the
+    clouds' per-axis median.
     """
     pts = [t.points[:, :, :2] if k is None else t.points[k, :, :2] for t in trajs]
     allp = np.concatenate([p.reshape(-1, 2) for p in pts])
@@ -81,8 +82,7 @@ def common_limits(trajs, k=None, pad=0.08, quantile=1.0):
     centre = np.median(allp, axis=0)
     r = np.quantile(np.abs(allp - centre).max(axis=1), quantile)
     r = r * (1 + pad) if r > 0 else 1.0
-    c = float(np.mean(centre))
-    return c - r, c + r
+    return centre - r, centre + r
 
 
 def cloud_panels(fig, trajs, k=-1, titles=None, paths=True, ncols=None, limits="shared",
@@ -125,8 +125,8 @@ def cloud_panels(fig, trajs, k=-1, titles=None, paths=True, ncols=None, limits="
             plot_paths(ax, tr, upto=kk, colours=colours)
         plot_cloud(ax, tr.points[kk], tr.weights, c=colours)
         lo, hi = common_limits([tr]) if lims == "own" else lims
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
+        ax.set_xlim(lo[0], hi[0])
+        ax.set_ylim(lo[1], hi[1])
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])

@@ -67,17 +67,6 @@ def as_covariance(name, value, d=None, rtol=1e-8):
     return S
 
 
-def as_positive(name, value):
-    """A finite, strictly positive float."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}") from exc
-    if not np.isfinite(x) or x <= 0:
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
-    return x
-
-
 def as_times(name, value):
     """A 1-D array of strictly increasing, finite times (at least one)."""
     t = as_float_array(name, value, ndim=1)
@@ -88,23 +77,27 @@ def as_times(name, value):
     return t
 
 
-def as_at_least(name, value, minimum, why=""):
-    """A finite float ``>= minimum``; ``why`` is appended to the error message."""
+def _as_real(name, value, accept, expected):
+    """``float(value)``, raising TypeError if it is not a number, ValueError unless ``accept``."""
     try:
         x = float(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a number >= {minimum:g}, got {type(value).__name__}") from exc
-    if not np.isfinite(x) or x < minimum:
-        raise ValueError(f"{name} must be a finite number >= {minimum:g}{why}, got {value!r}")
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__}") from exc
+    if not (np.isfinite(x) and accept(x)):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
     return x
+
+
+def as_positive(name, value):
+    """A finite, strictly positive float."""
+    return _as_real(name, value, lambda x: x > 0, "a finite positive number")
+
+
+def as_at_least(name, value, minimum, why=""):
+    """A finite float ``>= minimum``; ``why`` is appended to the error message."""
+    return _as_real(name, value, lambda x: x >= minimum, f"a finite number >= {minimum:g}{why}")
 
 
 def as_finite(name, value):
     """A finite float (any sign)."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}") from exc
-    if not np.isfinite(x):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return x
+    return _as_real(name, value, lambda x: True, "finite (a real number)")

@@ -31,6 +31,7 @@ import ot
 from scipy.special import logsumexp
 
 from ._checks import as_covariance, as_float_array, as_positive, as_square
+from ._linalg import psd_sqrt, sym_fn
 from .measures import Empirical, Gaussian
 
 __all__ = [
@@ -72,17 +73,6 @@ def _check_gaussian(g, name):
     if not isinstance(g, Gaussian):
         raise TypeError(f"{name} must be a Gaussian, got {type(g).__name__}")
     return g
-
-
-def _sym_fn(S, fn):
-    """``fn`` applied to the eigenvalues of the symmetric matrix ``S`` (eigen-decomposition)."""
-    lam, U = np.linalg.eigh(0.5 * (S + S.T))
-    return (U * fn(lam)) @ U.T
-
-
-def _sqrt_psd(S):
-    """Symmetric PSD square root (negative round-off eigenvalues clipped to 0)."""
-    return _sym_fn(S, lambda lam: np.sqrt(np.clip(lam, 0.0, None)))
 
 
 def _phi(s):
@@ -211,10 +201,10 @@ def sinkhorn_gain_gaussian(cov, A, eps=1.0):
     ndarray, shape (d, d)
     """
     S, A, eps = _gaussian_args(cov, A, eps)
-    R = _sqrt_psd(S)
+    R = psd_sqrt(S)
     B = A / eps
     M = R @ B @ R
-    return R @ _sym_fn(M @ M.T, _phi) @ R @ B
+    return R @ sym_fn(M @ M.T, _phi) @ R @ B
 
 
 def sinkhorn_energy_gaussian(cov, A, eps=1.0, mean=None):
@@ -248,7 +238,7 @@ def sinkhorn_energy_gaussian(cov, A, eps=1.0, mean=None):
     """
     S, A, eps = _gaussian_args(cov, A, eps)
     alpha = _mean_or_zero(mean, S.shape[0])
-    R = _sqrt_psd(S)
+    R = psd_sqrt(S)
     M = R @ (A / eps) @ R
     s = np.linalg.eigvalsh(M @ M.T)
     return float(0.5 * eps * np.sum(_h(s)) - 0.5 * alpha @ A @ alpha)
@@ -279,10 +269,10 @@ def sinkhorn_energy_gradient_gaussian(cov, A, eps=1.0):
     ndarray, shape (d, d), symmetric
     """
     S, A, eps = _gaussian_args(cov, A, eps)
-    R = _sqrt_psd(S)
+    R = psd_sqrt(S)
     B = A / eps
     M = R @ B @ R
-    K, K2 = _sym_fn(M @ M.T, _phi), _sym_fn(M.T @ M, _phi)
+    K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M.T @ M, _phi)
     grad = -0.25 * eps * (B.T @ R @ K @ R @ B + B @ R @ K2 @ R @ B.T)
     return 0.5 * (grad + grad.T)
 
@@ -412,7 +402,7 @@ def interaction_energy_gaussian(cov, A, mean=None):
     d = S.shape[0]
     A = as_square("A", A, d)
     alpha = _mean_or_zero(mean, d)
-    R = _sqrt_psd(S)
+    R = psd_sqrt(S)
     C = R @ A @ R
     sv = np.linalg.svd(C, compute_uv=False)
     if sv.max() >= 1.0:
@@ -515,7 +505,7 @@ def _inv_sqrt_spd(P, d):
     if lam[0] <= 0:
         raise ValueError(f"P must be symmetric positive definite (smallest eigenvalue "
                          f"{lam[0]:.3g})")
-    return _sym_fn(P, lambda x: 1.0 / np.sqrt(x))
+    return sym_fn(P, lambda x: 1.0 / np.sqrt(x))
 
 
 def twisted_wasserstein(mu, nu, P, **kwargs):
@@ -598,9 +588,9 @@ def bures_wasserstein_map(cov0, cov1):
     lam = np.linalg.eigvalsh(S0)
     if lam[0] <= 1e-12 * max(lam[-1], np.finfo(float).tiny):
         raise ValueError("cov0 must be positive definite for the optimal map to exist")
-    R = _sqrt_psd(S0)
-    Ri = _sym_fn(S0, lambda x: 1.0 / np.sqrt(x))
-    T = Ri @ _sqrt_psd(R @ S1 @ R) @ Ri
+    R = psd_sqrt(S0)
+    Ri = sym_fn(S0, lambda x: 1.0 / np.sqrt(x))
+    T = Ri @ psd_sqrt(R @ S1 @ R) @ Ri
     return 0.5 * (T + T.T)
 
 

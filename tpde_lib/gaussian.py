@@ -37,6 +37,7 @@ from scipy.integrate import RK45, solve_ivp
 
 from . import gaussian_odes as _odes
 from ._checks import as_covariance, as_finite, as_float_array, as_positive, as_square, as_times
+from ._linalg import psd_sqrt
 from .measures import Gaussian
 
 __all__ = [
@@ -753,14 +754,9 @@ def projected_euler(rhs, cov0, h, tol_low=1e-5, tol_high=1e3, max_iter=50000, re
 # --------------------------------------------------------------------------------------------
 # Closed forms (softmax, V = v I; paper notes §6.3 R2, R3)
 # --------------------------------------------------------------------------------------------
-def _sym_sqrt(S):
-    lam, U = np.linalg.eigh(S)
-    return (U * np.sqrt(np.clip(lam, 0, None))[..., None, :]) @ np.swapaxes(U, -1, -2)
-
-
 def _whitened(cov0, A):
     """R = Sigma0^{1/2} and P = R (A + A^T) R with its eigen-decomposition (batched)."""
-    R = _sym_sqrt(cov0)
+    R = psd_sqrt(cov0)
     P = R @ (A + np.swapaxes(A, -1, -2)) @ R
     p, U = np.linalg.eigh(0.5 * (P + np.swapaxes(P, -1, -2)))
     return R, p, U

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._linalg import psd_sqrt
+
 __all__ = ["softmax_rhs", "multihead_rhs", "l2_rhs", "sinkhorn_rhs", "linear_rhs", "sinkhorn_gain"]
 
 
@@ -36,12 +38,6 @@ def _mv(M, v):
 def _sym_part2(X):
     """``X + X^T`` (batched), exactly symmetric."""
     return X + _t(X)
-
-
-def _psd_sqrt(S):
-    """Symmetric eigen-square-root of a (batched) PSD matrix; tiny negative eigenvalues -> 0."""
-    lam, U = np.linalg.eigh(S)
-    return (U * np.sqrt(np.clip(lam, 0.0, None))[..., None, :]) @ _t(U)
 
 
 def softmax_rhs(A, V, mean, cov):
@@ -183,7 +179,7 @@ def sinkhorn_gain(A, cov):
     ndarray, shape (..., d, d)
         :math:`G\Sigma`.
     """
-    S = _psd_sqrt(cov)
+    S = psd_sqrt(cov)
     N = S @ A @ S
     nu, U = np.linalg.eigh(_t(N) @ N)
     inv_1pD = (U * (1.0 / (1.0 + np.sqrt(1.0 + 4.0 * np.clip(nu, 0.0, None))))[..., None, :]) @ _t(U)

@@ -15,6 +15,7 @@ import numpy as np
 import ot
 
 from ._checks import as_at_least
+from ._linalg import psd_sqrt
 from .measures import Empirical, Gaussian
 
 __all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein"]
@@ -121,12 +122,6 @@ def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
     return float(ot.sliced_wasserstein_distance(x, y, a, b, p=p, projections=theta))
 
 
-def _sqrt_psd(S):
-    """Symmetric positive semi-definite square root via an eigendecomposition, shape (d, d)."""
-    lam, U = np.linalg.eigh(0.5 * (S + S.T))
-    return (U * np.sqrt(np.clip(lam, 0.0, None))) @ U.T
-
-
 def bures_wasserstein(g1, g2):
     r"""Wasserstein-2 distance between two Gaussian measures (not squared).
 
@@ -162,7 +157,7 @@ def bures_wasserstein(g1, g2):
             raise TypeError(f"{name} must be a Gaussian, got {type(g).__name__}")
     if g1.d != g2.d:
         raise ValueError(f"g2 must have the same dimension as g1: g1 has d={g1.d}, g2 has d={g2.d}")
-    root1 = _sqrt_psd(g1.cov)
+    root1 = psd_sqrt(g1.cov)
     cross = np.linalg.eigvalsh(0.5 * ((root1 @ g2.cov @ root1) + (root1 @ g2.cov @ root1).T))
     bures2 = np.trace(g1.cov) + np.trace(g2.cov) - 2.0 * np.sqrt(np.clip(cross, 0.0, None)).sum()
     mean2 = float(np.sum((g1.mean - g2.mean) ** 2))

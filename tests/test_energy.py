@@ -197,18 +197,27 @@ def test_sinkhorn_particle_energy_dissipates_at_the_rate_minus_mean_squared_velo
     assert rate == pytest.approx(expected, rel=1e-5)
 
 
+def _gaussian_sinkhorn_flow(V, eps):
+    """The Gaussian Sinkhorn ODE (A = A_SYM) on the flat state (alpha, Sigma), and its energy."""
+
+    def field(state):
+        dm, dc = gaussian_odes.sinkhorn_rhs(A_SYM, V, eps, state[:2], state[2:].reshape(2, 2))
+        return np.concatenate([dm, dc.ravel()])
+
+    def energy(state):
+        return en.sinkhorn_energy_gaussian(state[2:].reshape(2, 2), A_SYM, eps, mean=state[:2])
+
+    return field, energy
+
+
 def test_gaussian_sinkhorn_energy_dissipates_at_the_rate_minus_mean_squared_velocity():
     # along the Gaussian ODE (mean and covariance), Gamma(x) = A(alpha + G(x - alpha)) so
     # int |Gamma|^2 = |A alpha|^2 + tr(A G S G^T A); central difference error O(h^2)
     eps, h = 0.8, 1e-4
     alpha = np.array([0.3, -0.6])
 
-    def field(state):
-        dm, dc = gaussian_odes.sinkhorn_rhs(A_SYM, A_SYM, eps, state[:2], state[2:].reshape(2, 2))
-        return np.concatenate([dm, dc.ravel()])
-
+    field, energy = _gaussian_sinkhorn_flow(A_SYM, eps)
     state = np.concatenate([alpha, COV.ravel()])
-    energy = lambda s: en.sinkhorn_energy_gaussian(s[2:].reshape(2, 2), A_SYM, eps, mean=s[:2])
     rate = (energy(_rk4(field, state, h)) - energy(_rk4(field, state, -h))) / (2 * h)
     M = A_SYM @ en.sinkhorn_gain_gaussian(COV, A_SYM, eps)
     expected = -(np.sum((A_SYM @ alpha) ** 2) + np.trace(M @ COV @ M.T))
@@ -307,12 +316,8 @@ def test_sinkhorn_gaussian_flow_with_mobility_dissipates_in_the_twisted_bw_metri
     V, eps, h = P @ A_SYM, 0.7, 1e-4
     alpha = np.array([0.3, -0.2])
 
-    def field(state):
-        dm, dc = gaussian_odes.sinkhorn_rhs(A_SYM, V, eps, state[:2], state[2:].reshape(2, 2))
-        return np.concatenate([dm, dc.ravel()])
-
+    field, energy = _gaussian_sinkhorn_flow(V, eps)
     state = np.concatenate([alpha, COV.ravel()])
-    energy = lambda s: en.sinkhorn_energy_gaussian(s[2:].reshape(2, 2), A_SYM, eps, mean=s[:2])
     up, down = _rk4(field, state, h), _rk4(field, state, -h)
     rate = (energy(up) - energy(down)) / (2 * h)
     b, M = V @ alpha, V @ en.sinkhorn_gain_gaussian(COV, A_SYM, eps)

@@ -70,6 +70,21 @@ class Empirical:
     n = property(lambda self: self._points.shape[0], doc="Number of tokens.")
     d = property(lambda self: self._points.shape[1], doc="Dimension of token space.")
 
+    @classmethod
+    def _trusted(cls, points, weights, positions=None):
+        """Internal: a measure on data already validated (the simulators' right-hand sides).
+
+        No checks and no copies: read-only views of the given arrays, so an integrator can call
+        a velocity field at every stage without re-validating the same weights and positions.
+        """
+        self = cls.__new__(cls)
+        views = [None if a is None else a.view() for a in (points, weights, positions)]
+        for v in views:
+            if v is not None:
+                v.setflags(write=False)
+        self._points, self._weights, self._positions = views
+        return self
+
     def with_points(self, points):
         """The same weights and positions carried by new points of the same shape (n, d)."""
         pts = as_float_array("points", points, shape=self._points.shape)

@@ -1,0 +1,43 @@
+"""The chapters are stored exactly as JupyterLab (through Jupytext) would save them.
+
+Opening a chapter in JupyterLab and saving it must not change the file: otherwise a reader's
+checkout is dirty after reading. ``tools/canonical_chapters.py`` rewrites a chapter into that
+form; this test fails, naming the chapter and the first differing line, when one is not.
+"""
+
+import difflib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+
+_spec = importlib.util.spec_from_file_location("canonical_chapters",
+                                               ROOT / "tools" / "canonical_chapters.py")
+canonical_chapters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(canonical_chapters)
+
+
+def test_there_are_chapters():
+    assert len(CHAPTERS) >= 7
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_is_in_jupytext_canonical_form(path):
+    text = path.read_text(encoding="utf-8")
+    new = canonical_chapters.canonical(text)
+    if new != text:
+        diff = list(difflib.unified_diff(text.splitlines(), new.splitlines(), lineterm="", n=0))
+        pytest.fail(f"{path.name} would be rewritten on save (run tools/canonical_chapters.py):\n"
+                    + "\n".join(diff[:12]))
+
+
+def test_canonical_form_detects_a_rewrite():
+    """The check is not vacuous: a flow-style header (as the chapters had) is not canonical."""
+    text = CHAPTERS[0].read_text(encoding="utf-8")
+    head, body = text.split("\n---\n", 1)
+    flow = ("---\njupytext:\n  text_representation: {extension: .md, format_name: myst}\n"
+            "kernelspec: {display_name: Python 3, language: python, name: python3}\n---\n" + body)
+    assert canonical_chapters.canonical(flow) != flow

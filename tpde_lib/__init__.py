@@ -10,32 +10,52 @@ Conventions (paper notes §1.2): tokens are rows of an (n, d) array; the score b
 and a key y is <A x, y> = y^T A x, with A = K^T Q / sqrt(k) when built from Q, K in R^{k x d};
 V in R^{d x d} merges value and output matrices.
 
-Modules: ``measures`` (Empirical, Gaussian), ``attention`` (the variants and their velocity
-fields), ``particles`` (token simulations), ``gaussian_odes`` and ``gaussian`` (mean/covariance
-ODEs, blow-up, closed forms), ``transport`` (Wasserstein distances), ``stability`` (explicit
+Modules: ``measures`` (Empirical, Gaussian), ``attention`` (the protocol :class:`Attention`,
+the blocked engine :func:`kernel_sums` and the variants), ``particles`` (token simulations),
+``gaussian_odes`` and ``gaussian`` (mean/covariance ODEs, blow-up, closed forms, the affine
+defect), ``integrate`` (a batched adaptive ODE integrator), ``official`` (the authors' released
+schemes, reproduced), ``transport`` (Wasserstein distances), ``stability`` (explicit
 constants), ``masked`` (causal attention, the attention sink), ``clustering`` (the paper's
 experiments), ``energy`` (gradient-flow structure), ``claims`` (the book's ledger), ``viz`` and
 ``widgets`` (figures, panels and their static twins).
 """
 
-from .attention import L2, Linear, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised
+from . import official
+from .attention import (
+    L2,
+    Attention,
+    GaussianClosure,
+    Linear,
+    MultiHead,
+    Sigmoid,
+    Sinkhorn,
+    Softmax,
+    Unnormalised,
+    kernel_sums,
+    sinkhorn_potentials,
+)
 from .gaussian import (
     GaussianBatch,
     GaussianTrajectory,
-    projected_euler,
+    affine_defect,
     simulate_gaussian,
     simulate_gaussian_batch,
 )
+from .integrate import solve_batch
 from .measures import Empirical, Gaussian
+from .official import projected_euler
 from .particles import Trajectory, simulate
 from .transport import bures_wasserstein, conditional_wasserstein, wasserstein
 
 __all__ = [
     "Empirical", "Gaussian",
+    "Attention", "GaussianClosure", "kernel_sums",
     "Softmax", "MultiHead", "L2", "Sinkhorn", "Sigmoid", "Linear", "Unnormalised",
+    "sinkhorn_potentials",
     "simulate", "Trajectory",
     "simulate_gaussian", "simulate_gaussian_batch", "GaussianTrajectory", "GaussianBatch",
-    "projected_euler",
+    "affine_defect", "solve_batch",
+    "projected_euler", "official",
     "wasserstein", "bures_wasserstein", "conditional_wasserstein",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -85,39 +85,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import as_at_least, as_positive
-from .attention import L2, Linear, MultiHead, Sigmoid, Sinkhorn, Softmax
+from .attention import Attention
 
 __all__ = ["StabilityBound", "support_radius", "lipschitz_constants", "stability_bound",
            "stability_constant"]
 
 
-def _norm(M):
-    return float(np.linalg.norm(M, 2))
-
-
 def _check_att(att):
-    if not isinstance(att, (Softmax, MultiHead, L2, Sinkhorn, Sigmoid, Linear)):
-        raise NotImplementedError(f"no stability constants for {type(att).__name__} attention "
-                                  "(covered: Softmax, MultiHead, L2, Sigmoid, Linear; Sinkhorn "
-                                  "for the support radius only)")
-    if getattr(att, "causal", False):
+    if not isinstance(att, Attention):
+        raise TypeError(f"att must be a tpde_lib Attention, got {type(att).__name__}")
+    if att.causal:
         raise NotImplementedError("causal (masked) attention: the constants also depend on the "
-                                  "mass at position 0 (paper notes §4.2); not covered here")
+                                  "mass at position 0 (chapter 'Masked attention'); not covered here")
 
 
 def _grid(T, n_grid):
-    if not isinstance(n_grid, (int, np.integer)) or n_grid < 1:
+    if isinstance(n_grid, (bool, np.bool_)) or not isinstance(n_grid, (int, np.integer)) or n_grid < 1:
         raise ValueError(f"n_grid must be a positive integer, got {n_grid!r}")
     return np.linspace(0.0, T, int(n_grid)) if T > 0 else np.zeros(1)
-
-
-def _growth_rate(att, t):
-    """c(t) with |Gamma| <= c R on B_R (Linear: the coefficient v a of R^3 instead)."""
-    if isinstance(att, MultiHead):
-        return sum(_norm(h.V(t)) for h in att.heads)
-    if isinstance(att, Linear):
-        return _norm(att.V(t)) * _norm(att.A(t))
-    return _norm(att.V(t))
 
 
 def support_radius(att, T, R0, n_grid=201):
@@ -126,11 +111,13 @@ def support_radius(att, T, R0, n_grid=201):
     .. math:: R(T) = R_0\,e^{T\sup_{t\le T} c(t)}, \qquad c = \|V\|
               \ (\text{multi-head: } \textstyle\sum_h\|V_h\|)
 
-    Linear attention: :math:`R(T) = R_0(1 - 2\sup(\|V\|\|A\|)R_0^2T)^{-1/2}`.
+    Linear attention: :math:`R(T) = R_0(1 - 2\sup(\|V\|\|A\|)R_0^2T)^{-1/2}`. Computed by the
+    variant's :meth:`~tpde_lib.Attention.support_radius` from its ``growth_rate``.
 
     Parameters
     ----------
-    att : Softmax, MultiHead, L2, Sinkhorn, Sigmoid or Linear
+    att : Attention
+        A variant with a growth bound (Softmax, MultiHead, L2, Sinkhorn, Sigmoid, Linear).
     T : float
         Final time, >= 0.
     R0 : float
@@ -144,19 +131,15 @@ def support_radius(att, T, R0, n_grid=201):
 
     Raises
     ------
+    NotImplementedError
+        The variant has no growth bound (unnormalised attention, a reader's variant without
+        ``growth_rate``), or is causal.
     ValueError
         Linear attention when the bound blows up before ``T`` (the message gives its time).
     """
     _check_att(att)
     T, R0 = _as_time(T), as_positive("R0", R0)
-    rate = max(_growth_rate(att, t) for t in _grid(T, n_grid))
-    if isinstance(att, Linear):
-        blowup = np.inf if rate == 0 else 1.0 / (2.0 * rate * R0 ** 2)
-        if T >= blowup:
-            raise ValueError(f"the support bound of linear attention blows up at "
-                             f"t* = {blowup:.6g} <= T = {T:g} (R0 = {R0:g})")
-        return R0 / np.sqrt(1.0 - T / blowup)
-    return R0 * np.exp(rate * T)
+    return float(att.support_radius(T, R0, _grid(T, n_grid)))
 
 
 def _as_time(T):
@@ -165,30 +148,7 @@ def _as_time(T):
 
 def _log_lipschitz(att, R, t):
     """(log L_x, log L_mu) at time t for supports in B_R (logs: L_mu overflows for large R)."""
-    with np.errstate(divide="ignore"):
-        if isinstance(att, MultiHead):
-            logs = np.array([_log_lipschitz(h, R, t) for h in att.heads])
-            return tuple(np.logaddexp.reduce(logs, axis=0))
-        v = _norm(att.V(t))
-        R2 = R * R
-        if isinstance(att, Softmax):
-            a = _norm(att.A(t))
-            return (np.log(v * a * R2),
-                    np.log(v) + np.log1p(2 * a * R2) + 2 * a * R2)
-        if isinstance(att, L2):
-            Q, K, tau = att.Q(t), att.K(t), att.tau
-            q, k = _norm(Q), _norm(K)
-            return (np.log(2 / tau * v * _norm(K.T @ Q) * R2),
-                    np.log(v) + np.log1p(4 / tau * k * (q + k) * R2) + (q + k) ** 2 * R2 / tau)
-        if isinstance(att, Sigmoid):
-            a = _norm(att.A(t))
-            return np.log(v * a * R2 / 4), np.log(v) + np.log1p(a * R2 / 4)
-        if isinstance(att, Linear):
-            a = _norm(att.A(t))
-            return np.log(v * a * R2), np.log(2 * v * a * R2)
-    raise NotImplementedError(
-        f"Lipschitz constants of {type(att).__name__} attention are not derived here: they need "
-        "a W_1-stability estimate of the entropic OT potentials (paper notes §3.4, UNSURE)")
+    return tuple(float(v) for v in att.log_lipschitz(R, t))
 
 
 def lipschitz_constants(att, R, t=0.0):
@@ -196,7 +156,8 @@ def lipschitz_constants(att, R, t=0.0):
 
     Parameters
     ----------
-    att : Softmax, MultiHead, L2, Sigmoid or Linear
+    att : Attention
+        A variant with Lipschitz constants (Softmax, MultiHead, L2, Sigmoid, Linear).
     R : float
         Radius of the ball containing the supports and the evaluation points, > 0.
     t : float
@@ -211,7 +172,8 @@ def lipschitz_constants(att, R, t=0.0):
     Raises
     ------
     NotImplementedError
-        Sinkhorn (constants not derived), unnormalised, or causal attention.
+        Sinkhorn (constants not derived), unnormalised, causal attention, or a variant that
+        does not define ``log_lipschitz``.
     """
     _check_att(att)
     R = as_positive("R", R)
@@ -264,8 +226,10 @@ def stability_bound(att, T, R0, n_grid=201):
 
     Parameters
     ----------
-    att : Softmax, MultiHead, L2, Sigmoid or Linear
-        Time-dependent parameters: suprema over ``n_grid`` times in [0, T] (module docstring).
+    att : Attention
+        Softmax, MultiHead, L2, Sigmoid, Linear, or any variant with ``growth_rate`` and
+        ``log_lipschitz``. Time-dependent parameters: suprema over ``n_grid`` times in
+        [0, T] (module docstring).
     T : float
         Horizon, >= 0.
     R0 : float

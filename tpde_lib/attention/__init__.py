@@ -1,0 +1,31 @@
+r"""Attention variants as velocity fields of the Transformer PDE.
+
+A sequence of tokens is a measure :math:`\mu` on :math:`\mathbb R^d` and one attention layer is
+the velocity field :math:`\Gamma_\mu`, so that depth is time in
+
+.. math::
+    \partial_t \mu + \nabla\cdot(\mu\,\Gamma_\mu) = 0 .
+
+Conventions: tokens are rows of an ``(n, d)`` array; the score of a query :math:`x` against a
+key :math:`y` is :math:`\langle Ax, y\rangle = y^\top A x` with :math:`A = K^\top Q/\sqrt k` when
+built from query/key matrices :math:`Q, K\in\mathbb R^{k\times d}`; :math:`V\in\mathbb R^{d\times d}`
+merges the value and output matrices. Every matrix may be a constant array or a callable
+``t -> array`` (layer-dependent weights).
+
+Every variant is a subclass of :class:`Attention` (the protocol is in :mod:`._base`) and
+evaluates its interactions with the blocked engine :func:`kernel_sums`.
+
+Modules: ``_base`` (the protocol), ``_kernels`` (the engine), ``_bilinear`` (softmax,
+unnormalised, sigmoid, linear), ``_composite`` (multi-head, ℓ²), ``_sinkhorn`` (Sinkhorn
+attention and its solver).
+"""
+
+from ._base import PROTOCOL, Attention, GaussianClosure
+from ._bilinear import Linear, Sigmoid, Softmax, Unnormalised
+from ._composite import L2, MultiHead
+from ._kernels import KERNELS, kernel_sums
+from ._sinkhorn import Sinkhorn, sinkhorn_potentials
+
+__all__ = ["Attention", "GaussianClosure", "PROTOCOL", "kernel_sums", "KERNELS",
+           "Softmax", "MultiHead", "L2", "Sinkhorn", "Sigmoid", "Linear", "Unnormalised",
+           "sinkhorn_potentials"]

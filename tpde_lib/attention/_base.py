@@ -1,0 +1,314 @@
+r"""The attention protocol: :class:`Attention`, the base class of every variant.
+
+A variant is one class. Everything the library knows about it is a method of that class:
+
+========================================  ========================================================
+method                                    what it gives (default)
+========================================  ========================================================
+``field(points, weights, positions, t)``  :math:`\Gamma_\mu(t, x_i)` at the points (required)
+``velocity(mu, t)``                       validates ``mu``, calls ``field``, checks finiteness
+``gaussian_rhs(mean, cov, t)``            the Gaussian closure :math:`(\alpha', \Sigma')`
+                                          (``NotImplementedError``)
+``batched_closure()``                     the closure vectorised over a batch, for
+                                          :func:`tpde_lib.simulate_gaussian_batch`
+                                          (``NotImplementedError``: the batch loops over
+                                          ``gaussian_rhs``)
+``growth_rate(t)``                        :math:`c(t)` with :math:`|\Gamma_\mu(x)| \le c(t) R` on
+                                          :math:`B_R` (``NotImplementedError``)
+``support_radius(T, R0, times)``          radius of a ball holding the supports up to ``T``
+                                          (from ``growth_rate``)
+``log_lipschitz(R, t)``                   :math:`(\log L_x, \log L_\mu)` of the stability
+                                          estimate (``NotImplementedError``)
+``mobility(t)``                           constant mobility of a gradient-flow structure
+                                          (``NotImplementedError``)
+========================================  ========================================================
+
+**No inherited formulas.** The closure, the constants and the mobility belong to the class that
+defines the field. A subclass that overrides ``field`` (or ``velocity``) without overriding one
+of them gets a method that raises ``NotImplementedError`` naming the subclass and the missing
+piece, never its parent's formula (:meth:`Attention.__init_subclass__`).
+
+A minimal variant sets ``self.d`` (and ``self.causal``, default False) and implements
+``field``; :func:`tpde_lib.kernel_sums` gives it blocked evaluation and causal masking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._checks import as_float_array
+from .._params import Param
+from ..measures import Empirical
+
+__all__ = ["Attention", "GaussianClosure", "PROTOCOL"]
+
+#: the methods that belong to the class defining the field (never inherited across a new field)
+PROTOCOL = ("gaussian_rhs", "batched_closure", "growth_rate", "support_radius", "log_lipschitz",
+            "mobility")
+
+
+@dataclass(frozen=True)
+class GaussianClosure:
+    r"""The Gaussian closure of a variant, vectorised over a batch of B members.
+
+    Attributes
+    ----------
+    key : hashable
+        Members of one batch must have equal keys (same right-hand side, same parameter layout).
+    params : callable
+        ``params(t) -> tuple of ndarrays``: the parameters at time ``t``.
+    rhs : callable
+        ``rhs(*params, mean, cov) -> (dmean, dcov)`` where each parameter carries an optional
+        leading batch axis (B, ...), ``mean`` is (B, d) and ``cov`` (B, d, d).
+    constant : bool
+        True when the parameters do not depend on time (they are then stacked once).
+    """
+
+    key: object
+    params: Callable
+    rhs: Callable
+    constant: bool
+
+
+def _missing(method, owner):
+    def raise_missing(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"{type(self).__name__} defines its own field, so it does not inherit "
+            f"{owner.__name__}.{method}: {owner.__name__}'s formula does not hold for it. "
+            f"Define {type(self).__name__}.{method} if the variant has one.")
+    raise_missing.__name__ = method
+    raise_missing.__doc__ = f"Not available: {method} is not defined for this variant."
+    raise_missing.__tpde_missing__ = True
+    return raise_missing
+
+
+def as_measure(mu):
+    """``mu`` as an :class:`~tpde_lib.measures.Empirical` (an (n, d) array is uniform)."""
+    if isinstance(mu, Empirical):
+        return mu
+    if isinstance(mu, np.ndarray):
+        return Empirical(mu)
+    raise TypeError(f"mu must be an Empirical measure (or an (n, d) array), got {type(mu).__name__}")
+
+
+def matrix_param(name, value, shape=None):
+    """A matrix parameter, constant or a callable of ``t`` (:class:`~tpde_lib._params.Param`)."""
+    return Param(name, value, ndim=2, shape=shape)
+
+
+def square_param(name, value, d=None, what="A"):
+    """A square matrix parameter, of size ``d`` (to match ``what``) when given."""
+    p = matrix_param(name, value)
+    if p.shape[0] != p.shape[1]:
+        raise ValueError(f"{name} must be a square matrix, got shape {p.shape}")
+    if d is not None and p.shape[0] != d:
+        raise ValueError(f"{name} must have shape ({d}, {d}) to match {what}, got {p.shape}")
+    return p
+
+
+def as_flag(name, value):
+    """A ``bool`` flag (``causal="False"`` or 1 are refused: they are not flags)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+class Attention:
+    r"""Base class of every attention variant :math:`\mu \mapsto \Gamma_\mu`.
+
+    Subclasses set ``self.d`` (the token dimension) and, for masked attention,
+    ``self.causal = True``, and implement :meth:`field`. See the module docstring for the whole
+    protocol; every method but ``field`` is optional.
+
+    Examples
+    --------
+    ReLU attention, :math:`\Gamma_\mu(x) = V\int \max(\langle Ax, y\rangle, 0)\,y\,d\mu(y)`:
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> class ReLU(tp.Attention):
+    ...     def __init__(self, A, V):
+    ...         self.A, self.V, self.d = np.asarray(A), np.asarray(V), len(A)
+    ...     def field(self, points, weights, positions, t):
+    ...         relu = lambda S: np.maximum(S, 0.0, out=S)
+    ...         s = tp.kernel_sums(points @ self.A.T, points, points * weights[:, None], relu)
+    ...         return s @ self.V.T
+    >>> ReLU(np.eye(2), np.eye(2)).velocity(np.eye(2)).shape
+    (2, 2)
+    """
+
+    causal = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "field" not in cls.__dict__ and "velocity" not in cls.__dict__:
+            return
+        for method in PROTOCOL:
+            if method in cls.__dict__:
+                continue
+            owner = next(k for k in cls.__mro__ if method in k.__dict__)
+            if owner is not Attention:
+                setattr(cls, method, _missing(method, owner))
+
+    @property
+    def name(self):
+        """The variant's name in messages (its class name)."""
+        return type(self).__name__
+
+    # ---- the field -----------------------------------------------------------------------
+    def field(self, points, weights, positions, t):
+        r"""The velocity :math:`\Gamma_\mu(t, x_i)` at the points of :math:`\mu = \sum_j w_j\delta_{x_j}`.
+
+        Called by :meth:`velocity` on validated data; implement it in a variant.
+
+        Parameters
+        ----------
+        points : ndarray, shape (n, d)
+            Read-only token positions (queries and keys).
+        weights : ndarray, shape (n,)
+            Masses, non-negative, summing to 1 (tokens of zero mass are not keys).
+        positions : ndarray, shape (n,) or None
+            Sequence positions in [0, 1]; None unless ``self.causal``.
+        t : float
+            Time (depth).
+
+        Returns
+        -------
+        ndarray, shape (n, d)
+        """
+        raise NotImplementedError(f"{self.name} must implement field(points, weights, "
+                                  "positions, t)")
+
+    def velocity(self, mu, t=0.0):
+        r"""The velocity field :math:`\Gamma_{\mu}(t, x_i)` at every point of ``mu``.
+
+        Parameters
+        ----------
+        mu : Empirical or ndarray of shape (n, d)
+            Points (n, d), weights (n,), positions (n,) for causal attention.
+        t : float
+            Time (depth), used by time-dependent parameters.
+
+        Returns
+        -------
+        ndarray, shape (n, d)
+
+        Raises
+        ------
+        ValueError
+            ``mu`` of the wrong dimension; causal attention without ``mu.positions``; a field
+            of the wrong shape.
+        FloatingPointError
+            The field is not finite (e.g. unnormalised attention at large scores).
+        """
+        mu = as_measure(mu)
+        t = float(as_float_array("t", t, ndim=0))
+        d = getattr(self, "d", None)
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
+            raise TypeError(f"{self.name} must set self.d, the token dimension (a positive int), "
+                            f"got {d!r}")
+        if mu.d != d:
+            raise ValueError(f"mu has dimension {mu.d} but the {self.name} parameters act on "
+                             f"dimension d={d}")
+        positions = None
+        if self.causal:
+            positions = mu.positions
+            if positions is None:
+                raise ValueError(f"causal {self.name} attention needs token positions: "
+                                 "pass mu = Empirical(points, positions=...)")
+            w = mu.weights
+            if np.any(positions < positions[w > 0].min()):
+                raise ValueError("causal attention: every token needs a token of positive weight "
+                                 "at a position <= its own (positions vs weights)")
+        out = self.field(mu.points, mu.weights, positions, t)
+        out = np.asarray(out)
+        if out.shape != (mu.n, d):
+            raise ValueError(f"{self.name}.field returned shape {out.shape}, expected "
+                             f"({mu.n}, {d})")
+        if not np.all(np.isfinite(out)):
+            raise FloatingPointError(f"{self.name} velocity field is not finite at t={t:g} "
+                                     "(overflow)")
+        return out
+
+    # ---- Gaussian closure ----------------------------------------------------------------
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        r"""Right-hand side :math:`(\alpha', \Sigma')` of the Gaussian closure.
+
+        Raises ``NotImplementedError`` for variants that do not preserve Gaussians.
+        """
+        raise NotImplementedError(f"{self.name} attention has no Gaussian closure (no "
+                                  "mean/covariance ODE): it does not preserve Gaussians, or "
+                                  "its closure is not implemented")
+
+    def batched_closure(self):
+        """The closure vectorised over a batch (:class:`GaussianClosure`).
+
+        Raises ``NotImplementedError`` when the variant has none; the batched solver then calls
+        :meth:`gaussian_rhs` member by member.
+        """
+        raise NotImplementedError(f"{self.name} attention has no batched Gaussian closure")
+
+    def check_gaussian(self, mean, cov):
+        """Validate a closure's arguments: ``mean`` (d,), ``cov`` (d, d) symmetric, finite.
+
+        The covariance may be slightly indefinite (mid-integration round-off): only shape,
+        finiteness and symmetry are checked. Causal variants raise ``NotImplementedError``.
+
+        Returns
+        -------
+        mean : ndarray, shape (d,)
+        cov : ndarray, shape (d, d)
+        """
+        if self.causal:
+            raise NotImplementedError(f"causal (masked) {self.name} attention does not preserve "
+                                      "Gaussians: no mean/covariance ODE")
+        m = as_float_array("mean", mean, shape=(self.d,))
+        c = as_float_array("cov", cov, shape=(self.d, self.d))
+        scale = max(np.abs(c).max(), np.finfo(float).tiny)
+        if np.abs(c - c.T).max() > 1e-8 * scale:
+            raise ValueError(f"cov must be symmetric (max |cov - cov^T| = {np.abs(c - c.T).max():.3g})")
+        return m, c
+
+    @property
+    def time_dependent(self):
+        """True when some parameter of the variant depends on ``t``."""
+        return any(isinstance(v, Param) and not v.is_constant for v in vars(self).values())
+
+    # ---- stability constants -------------------------------------------------------------
+    def growth_rate(self, t=0.0):
+        r""":math:`c(t)` such that :math:`|\Gamma_\mu(t, x)| \le c(t)\,R` when
+        :math:`\operatorname{supp}\mu \subset B_R` (so supports grow at most like
+        :math:`e^{\int c}`)."""
+        raise NotImplementedError(f"no growth bound for {self.name} attention: define "
+                                  f"{type(self).__name__}.growth_rate")
+
+    def support_radius(self, T, R0, times):
+        r"""Radius :math:`R(T) = R_0 e^{T \max_t c(t)}` of a ball holding every support up to ``T``.
+
+        Parameters
+        ----------
+        T : float
+            Final time, >= 0.
+        R0 : float
+            Initial radius, > 0.
+        times : ndarray
+            Grid on :math:`[0, T]` for the supremum of a time-dependent :math:`c(t)`.
+        """
+        rate = max(self.growth_rate(float(t)) for t in times)
+        return R0 * np.exp(rate * T)
+
+    def log_lipschitz(self, R, t=0.0):
+        r"""Logarithms :math:`(\log L_x(R), \log L_\mu(R))` of the Lipschitz constants of the
+        field in the point and in the measure (W1) for supports in :math:`B_R`."""
+        raise NotImplementedError(f"no Lipschitz constants for {self.name} attention: define "
+                                  f"{type(self).__name__}.log_lipschitz")
+
+    def mobility(self, t=0.0):
+        """Constant mobility matrix P of a gradient-flow structure (d, d)."""
+        raise NotImplementedError(f"{self.name} attention has no gradient-flow mobility here")
+
+    def __repr__(self):
+        flag = ", causal" if self.causal else ""
+        return f"{type(self).__name__}(d={getattr(self, 'd', '?')}{flag})"

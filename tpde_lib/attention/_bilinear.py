@@ -1,0 +1,248 @@
+r"""Variants whose score is the bilinear form :math:`\langle Ax, y\rangle = y^\top A x`.
+
+Softmax, unnormalised exponential, sigmoid and linear attention. Each class holds its field,
+its Gaussian closure where Gaussians are preserved, its stability constants and (softmax,
+unnormalised) its gradient-flow mobility. The constants are derived in the docstring of
+:mod:`tpde_lib.stability` (:math:`a = \|A\|`, :math:`v = \|V\|`, spectral norms).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import gaussian_odes
+from ._base import Attention, GaussianClosure, as_flag, matrix_param, square_param
+from ._kernels import kernel_sums, support, weighted_values
+
+__all__ = ["Softmax", "Unnormalised", "Sigmoid", "Linear"]
+
+
+def _norm(M):
+    return float(np.linalg.norm(M, 2))
+
+
+def _symmetric_mobility(A, V, sign):
+    """``sign * V A^{-1}``, symmetrised; ValueError when there is no such gradient structure."""
+    scale = max(np.abs(A).max(), np.finfo(float).tiny)
+    if np.abs(A - A.T).max() > 1e-12 * scale:
+        raise ValueError("A must be symmetric for the gradient-flow structure (energy first "
+                         "variation uses a symmetric kernel)")
+    if np.linalg.cond(A) > 1e12:
+        raise ValueError("A must be invertible to define the mobility V A^{-1}")
+    P = sign * np.linalg.solve(A.T, V.T).T        # V A^{-1}
+    pscale = max(np.abs(P).max(), np.finfo(float).tiny)
+    if np.abs(P - P.T).max() > 1e-9 * pscale:
+        raise ValueError("the mobility V A^{-1} is not symmetric: choose V = P A (or -P A) "
+                         "with P symmetric")
+    return 0.5 * (P + P.T)
+
+
+class _Bilinear(Attention):
+    """Parameters A (d, d) and V (d, d); the score of query x and key y is <A x, y> = y^T A x."""
+
+    def __init__(self, A, V, causal=False):
+        self.A = square_param("A", A)
+        self.d = self.A.shape[0]
+        self.V = square_param("V", V, self.d)
+        self.causal = as_flag("causal", causal)
+
+    def queries(self, points, t):
+        """Rows A x_i, shape (n, d): the scores are (points @ A.T) @ points.T."""
+        return points @ self.A(t).T
+
+    def _closure(self, rhs):
+        return GaussianClosure(key=(rhs,), params=lambda t: (self.A(t), self.V(t)), rhs=rhs,
+                               constant=not self.time_dependent)
+
+
+class Softmax(_Bilinear):
+    r"""Softmax self-attention.
+
+    .. math::
+        \Gamma_\mu(x) = V\,\frac{\int e^{\langle Ax,y\rangle}\,y\,\mathrm d\mu(y)}
+                                {\int e^{\langle Ax,y\rangle}\,\mathrm d\mu(y)}
+
+    For an empirical measure the integrals are :math:`\sum_j w_j(\cdot)`. Masked (causal) attention
+    restricts both integrals to keys at positions :math:`s' \le s` of the query.
+
+    Parameters
+    ----------
+    A : array_like (d, d) or callable t -> (d, d)
+        Score matrix, :math:`A = K^\top Q/\sqrt k` (an inverse temperature multiplies it).
+    V : array_like (d, d) or callable
+        Value (times output) matrix.
+    causal : bool
+        Masked attention: token at position s attends to positions s' <= s (itself included).
+    """
+
+    @classmethod
+    def from_qk(cls, Q, K, V, causal=False):
+        r"""Build from query/key matrices :math:`Q, K\in\mathbb R^{k\times d}`: :math:`A = K^\top Q/\sqrt k`.
+
+        ``Q`` and ``K`` may be arrays or callables of ``t``; ``k = Q.shape[0] >= 1``.
+        """
+        q, k = matrix_param("Q", Q), matrix_param("K", K)
+        if q.shape != k.shape:
+            raise ValueError(f"Q and K must have the same shape (k, d), got {q.shape} and {k.shape}")
+        if q.shape[0] < 1 or q.shape[1] < 1:
+            raise ValueError(f"Q and K must have shape (k, d) with k, d >= 1, got {q.shape}")
+        scale = 1.0 / math.sqrt(q.shape[0])
+        if q.is_constant and k.is_constant:
+            A = k().T @ q() * scale
+        else:
+            def A(t):
+                return k(t).T @ q(t) * scale
+        return cls(A, V, causal=causal)
+
+    def field(self, points, weights, positions, t):
+        keys, w, k_pos = support(points, weights, positions)
+        nd = kernel_sums(self.queries(points, t), keys, weighted_values(keys, w), "softmax",
+                         positions, k_pos)
+        return (nd[:, :-1] / nd[:, -1:]) @ self.V(t).T
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`
+        (:func:`tpde_lib.gaussian_odes.softmax_rhs`). Returns ``(dmean (d,), dcov (d, d))``."""
+        m, c = self.check_gaussian(mean, cov)
+        return gaussian_odes.softmax_rhs(self.A(t), self.V(t), m, c)
+
+    def batched_closure(self):
+        return self._closure(gaussian_odes.softmax_rhs)
+
+    def growth_rate(self, t=0.0):
+        return _norm(self.V(t))
+
+    def log_lipschitz(self, R, t=0.0):
+        v, a, R2 = _norm(self.V(t)), _norm(self.A(t)), R * R
+        with np.errstate(divide="ignore"):
+            return np.log(v * a * R2), np.log(v) + np.log1p(2 * a * R2) + 2 * a * R2
+
+    def mobility(self, t=0.0):
+        r"""Mobility :math:`P = -VA^{-1}` (the energy :math:`E` of unnormalised attention, with the
+        extra factor :math:`1/Z_\mu(x)`); ``A`` symmetric invertible, ``P`` symmetric."""
+        return _symmetric_mobility(self.A(t), self.V(t), -1.0)
+
+
+class Unnormalised(_Bilinear):
+    r"""Unnormalised exponential attention, the reference model.
+
+    .. math:: \Gamma_\mu(x) = \int e^{\langle Ax,y\rangle}\,Vy\,\mathrm d\mu(y)
+
+    Computed as :math:`e^{M_i}\sum_j w_j e^{S_{ij}-M_i} V y_j` with the row maximum :math:`M_i`,
+    so it overflows (``FloatingPointError``) only when the field itself exceeds float range.
+    """
+
+    def field(self, points, weights, positions, t):
+        keys, w, k_pos = support(points, weights, positions)
+        s, row_max = kernel_sums(self.queries(points, t), keys, keys * w[:, None], "exp",
+                                 positions, k_pos)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (s * np.exp(row_max)[:, None]) @ self.V(t).T
+
+    def mobility(self, t=0.0):
+        r"""Mobility :math:`P = -VA^{-1}` of the interaction energy
+        (:func:`tpde_lib.energy.interaction_energy`)."""
+        return _symmetric_mobility(self.A(t), self.V(t), -1.0)
+
+
+class Sigmoid(_Bilinear):
+    r"""Sigmoid attention, with a fixed bias and no normalisation.
+
+    .. math:: \Gamma_\mu(x) = \int \sigma(\langle Ax,y\rangle + b)\, V y\,\mathrm d\mu(y),
+              \qquad \sigma(s) = 1/(1+e^{-s})
+
+    Parameters
+    ----------
+    A, V : array_like (d, d) or callable
+    bias : float
+        The bias b (Ramapuram et al. recommend :math:`-\log n` for the unscaled sum).
+    causal : bool
+    """
+
+    def __init__(self, A, V, bias=0.0, causal=False):
+        super().__init__(A, V, causal)
+        if isinstance(bias, (bool, np.bool_)) or not isinstance(bias, (int, float, np.number)):
+            raise TypeError(f"bias must be a real number, got {bias!r}")
+        self.bias = float(bias)
+        if not np.isfinite(self.bias):
+            raise ValueError(f"bias must be finite, got {bias!r}")
+
+    def field(self, points, weights, positions, t):
+        qa = self.queries(points, t)
+        queries = np.hstack([qa, np.ones((qa.shape[0], 1))])
+        keys, w, k_pos = support(points, weights, positions)
+        key_feats = np.hstack([keys, np.full((keys.shape[0], 1), self.bias)])
+        s = kernel_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
+        return s @ self.V(t).T
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        """Not available: the field of a Gaussian is not affine in x (see
+        :func:`tpde_lib.affine_defect`)."""
+        raise NotImplementedError("Sigmoid attention does not preserve Gaussians: "
+                                  "no mean/covariance ODE")
+
+    def growth_rate(self, t=0.0):
+        return _norm(self.V(t))
+
+    def log_lipschitz(self, R, t=0.0):
+        v, a, R2 = _norm(self.V(t)), _norm(self.A(t)), R * R
+        with np.errstate(divide="ignore"):
+            return np.log(v * a * R2 / 4), np.log(v) + np.log1p(a * R2 / 4)
+
+
+class Linear(_Bilinear):
+    r"""Linear attention.
+
+    .. math:: \Gamma_\mu(x) = \int\langle Ax,y\rangle\,Vy\,\mathrm d\mu(y)
+              = V\Big(\int y y^\top\mathrm d\mu\Big) A x
+
+    Evaluated through the second-moment matrix, :math:`O(n d^2)`; causal attention uses its
+    running sums over positions.
+    """
+
+    def field(self, points, weights, positions, t):
+        with np.errstate(over="ignore", invalid="ignore"):   # overflow reported by velocity()
+            return self._moments_field(points, weights, positions, t)
+
+    def _moments_field(self, points, weights, positions, t):
+        qa = self.queries(points, t)                     # rows A x_i
+        wy = points * weights[:, None]
+        if positions is None:
+            return qa @ (points.T @ wy) @ self.V(t).T    # rows (sum_j w_j y_j y_j^T) A x_i
+        order = np.argsort(positions, kind="stable")
+        s_sorted = positions[order]
+        # cumulative second moments over keys sorted by position; ties: take the last equal one
+        outer = wy[order][:, :, None] * points[order][:, None, :]
+        cum = np.cumsum(outer, axis=0)
+        last = np.searchsorted(s_sorted, positions, side="right") - 1
+        moments = cum[last]                              # (n, d, d), symmetric
+        return np.einsum("nij,nj->ni", moments, qa) @ self.V(t).T
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        """Linear Gaussian closure (:func:`tpde_lib.gaussian_odes.linear_rhs`)."""
+        m, c = self.check_gaussian(mean, cov)
+        return gaussian_odes.linear_rhs(self.A(t), self.V(t), m, c)
+
+    def batched_closure(self):
+        return self._closure(gaussian_odes.linear_rhs)
+
+    def growth_rate(self, t=0.0):
+        r"""The coefficient :math:`\|V\|\|A\|` of :math:`|\Gamma_\mu(x)| \le \|V\|\|A\|R^3` (cubic)."""
+        return _norm(self.V(t)) * _norm(self.A(t))
+
+    def support_radius(self, T, R0, times):
+        r""":math:`R(T) = R_0(1 - 2 c R_0^2 T)^{-1/2}` from :math:`R' = cR^3`; ValueError past its
+        blow-up time :math:`1/(2cR_0^2)`."""
+        rate = max(self.growth_rate(float(t)) for t in times)
+        blowup = np.inf if rate == 0 else 1.0 / (2.0 * rate * R0 ** 2)
+        if T >= blowup:
+            raise ValueError(f"the support bound of linear attention blows up at "
+                             f"t* = {blowup:.6g} <= T = {T:g} (R0 = {R0:g})")
+        return R0 / np.sqrt(1.0 - T / blowup)
+
+    def log_lipschitz(self, R, t=0.0):
+        v, a, R2 = _norm(self.V(t)), _norm(self.A(t)), R * R
+        with np.errstate(divide="ignore"):
+            return np.log(v * a * R2), np.log(2 * v * a * R2)

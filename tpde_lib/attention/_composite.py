@@ -1,0 +1,182 @@
+r"""Multi-head attention (a sum of attentions) and ℓ² (distance) attention."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import gaussian_odes
+from ._base import Attention, GaussianClosure, as_flag, matrix_param, square_param
+from ._kernels import kernel_sums, support, weighted_values
+
+__all__ = ["MultiHead", "L2"]
+
+
+def _norm(M):
+    return float(np.linalg.norm(M, 2))
+
+
+class MultiHead(Attention):
+    r"""Multi-head attention: the sum of its heads.
+
+    .. math:: \Gamma_\mu(x) = \sum_{h=1}^H \Gamma^h_\mu(x)
+
+    Each head is any :class:`~tpde_lib.Attention` (softmax heads give the usual multi-head
+    layer; head ``h``'s value matrix is then the merged :math:`W^O_h V_h`). The Gaussian closure
+    is the sum of the heads' closures, and exists only when every head has one; likewise the
+    stability constants.
+
+    Parameters
+    ----------
+    heads : sequence of Attention
+        Non-empty, all of the same dimension; causal iff every head is causal (mixing causal and
+        non-causal heads raises ``ValueError``).
+    """
+
+    def __init__(self, heads):
+        if isinstance(heads, Attention):
+            raise TypeError("heads must be a sequence of attentions, got a single attention")
+        try:
+            heads = tuple(heads)
+        except TypeError as exc:
+            raise TypeError("heads must be a sequence of attentions") from exc
+        if not heads:
+            raise ValueError("heads must contain at least one attention")
+        for i, h in enumerate(heads):
+            if not isinstance(h, Attention):
+                raise TypeError(f"heads[{i}] must be a tpde_lib Attention, got {type(h).__name__}")
+        dims = {getattr(h, "d", None) for h in heads}
+        if len(dims) != 1:
+            raise ValueError(f"heads must all act on the same dimension, got {sorted(map(str, dims))}")
+        flags = {bool(h.causal) for h in heads}
+        if len(flags) != 1:
+            raise ValueError("heads must be all causal or all non-causal")
+        self.heads = heads
+        self.d = heads[0].d
+        self.causal = heads[0].causal
+
+    def field(self, points, weights, positions, t):
+        out = np.array(self.heads[0].field(points, weights, positions, t), dtype=float)
+        for h in self.heads[1:]:
+            out += h.field(points, weights, positions, t)
+        return out
+
+    @property
+    def time_dependent(self):
+        return any(h.time_dependent for h in self.heads)
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        """Sum of the heads' Gaussian closures (``NotImplementedError`` if a head has none)."""
+        m, c = self.check_gaussian(mean, cov)
+        dm, dc = self.heads[0].gaussian_rhs(m, c, t)
+        dm, dc = np.array(dm, dtype=float), np.array(dc, dtype=float)
+        for h in self.heads[1:]:
+            a, b = h.gaussian_rhs(m, c, t)
+            dm += a
+            dc += b
+        return dm, dc
+
+    def batched_closure(self):
+        if self.causal:
+            raise NotImplementedError("causal multi-head attention has no Gaussian closure")
+        closures = [h.batched_closure() for h in self.heads]
+        counts = [len(cl.params(0.0)) for cl in closures]
+
+        def params(t):
+            return tuple(p for cl in closures for p in cl.params(t))
+
+        def rhs(*args):
+            *values, mean, cov = args
+            dm, dc, start = 0.0, 0.0, 0
+            for cl, k in zip(closures, counts):
+                a, b = cl.rhs(*values[start:start + k], mean, cov)
+                dm, dc, start = dm + a, dc + b, start + k
+            return dm, dc
+
+        return GaussianClosure(key=("multihead",) + tuple(cl.key for cl in closures),
+                               params=params, rhs=rhs,
+                               constant=all(cl.constant for cl in closures))
+
+    def growth_rate(self, t=0.0):
+        return sum(h.growth_rate(t) for h in self.heads)
+
+    def support_radius(self, T, R0, times):
+        if any(type(h).support_radius is not Attention.support_radius for h in self.heads):
+            raise NotImplementedError("multi-head support radius: every head must have a linear "
+                                      "growth bound |Gamma| <= c R")
+        return Attention.support_radius(self, T, R0, times)
+
+    def log_lipschitz(self, R, t=0.0):
+        logs = np.array([h.log_lipschitz(R, t) for h in self.heads])
+        return tuple(np.logaddexp.reduce(logs, axis=0))
+
+    def __repr__(self):
+        flag = ", causal" if self.causal else ""
+        return f"MultiHead(H={len(self.heads)}, d={self.d}{flag})"
+
+
+class L2(Attention):
+    r"""ℓ² (distance) attention.
+
+    .. math::
+        \Gamma_\mu(x) = V\,\frac{\int e^{-|Qx-Ky|^2/\tau}\,y\,\mathrm d\mu(y)}
+                                {\int e^{-|Qx-Ky|^2/\tau}\,\mathrm d\mu(y)}
+
+    The factor :math:`e^{-|Qx|^2/\tau}` cancels, so the logits are
+    :math:`(2\langle Qx,Ky\rangle - |Ky|^2)/\tau`. The official code's version is ``tau=1`` with
+    ``Q`` replaced by ``Q/sqrt(d)``.
+
+    Parameters
+    ----------
+    Q, K : array_like (k, d) or callable
+        Query and key matrices (same shape).
+    V : array_like (d, d) or callable
+    tau : float
+        Temperature, > 0.
+    causal : bool
+        Masked attention.
+    """
+
+    def __init__(self, Q, K, V, tau=1.0, causal=False):
+        self.Q, self.K = matrix_param("Q", Q), matrix_param("K", K)
+        if self.Q.shape != self.K.shape:
+            raise ValueError(f"Q and K must have the same shape (k, d), got {self.Q.shape} "
+                             f"and {self.K.shape}")
+        self.d = self.Q.shape[1]
+        self.V = square_param("V", V, self.d, what="Q and K")
+        if isinstance(tau, (bool, np.bool_)) or not isinstance(tau, (int, float, np.number)):
+            raise TypeError(f"tau must be a positive real number, got {tau!r}")
+        if not (np.isfinite(tau) and tau > 0):
+            raise ValueError(f"tau must be a finite positive number, got {tau!r}")
+        self.tau = float(tau)
+        self.causal = as_flag("causal", causal)
+
+    def field(self, points, weights, positions, t):
+        keys, w, k_pos = support(points, weights, positions)
+        qx = points @ self.Q(t).T * (2.0 / self.tau)            # (n, k)
+        ky = keys @ self.K(t).T                                 # (m, k)
+        queries = np.hstack([qx, np.ones((qx.shape[0], 1))])
+        key_feats = np.hstack([ky, -(ky**2).sum(axis=1, keepdims=True) / self.tau])
+        nd = kernel_sums(queries, key_feats, weighted_values(keys, w), "softmax",
+                         positions, k_pos)
+        return (nd[:, :-1] / nd[:, -1:]) @ self.V(t).T
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        """ℓ² Gaussian closure (:func:`tpde_lib.gaussian_odes.l2_rhs`)."""
+        m, c = self.check_gaussian(mean, cov)
+        return gaussian_odes.l2_rhs(self.Q(t), self.K(t), self.V(t), self.tau, m, c)
+
+    def batched_closure(self):
+        tau = np.asarray(self.tau)
+        return GaussianClosure(key=(gaussian_odes.l2_rhs,),
+                               params=lambda t: (self.Q(t), self.K(t), self.V(t), tau),
+                               rhs=gaussian_odes.l2_rhs, constant=not self.time_dependent)
+
+    def growth_rate(self, t=0.0):
+        return _norm(self.V(t))
+
+    def log_lipschitz(self, R, t=0.0):
+        Q, K, tau = self.Q(t), self.K(t), self.tau
+        v, q, k, R2 = _norm(self.V(t)), _norm(Q), _norm(K), R * R
+        with np.errstate(divide="ignore"):
+            return (np.log(2 / tau * v * _norm(K.T @ Q) * R2),
+                    np.log(v) + np.log1p(4 / tau * k * (q + k) * R2) + (q + k) ** 2 * R2 / tau)

@@ -1,0 +1,416 @@
+r"""Sinkhorn attention and its solver, the entropic self-transport of a measure.
+
+With :math:`L(x,y)=\langle Ax,y\rangle` the plan
+
+.. math::
+    \pi(\mathrm dx,\mathrm dy) = e^{f(x)+g(y)+L(x,y)/\varepsilon}\,\mu(\mathrm dx)\mu(\mathrm dy)
+    \in \Pi(\mu,\mu)
+
+is the entropic optimal transport of :math:`\mu` to itself for the cost :math:`-\langle Ax,y\rangle`
+and regularisation :math:`\varepsilon`. :func:`sinkhorn_potentials` computes its potentials
+(a pure function: warm start in, potentials and a POT-style ``log`` out); :class:`Sinkhorn` is the
+attention :math:`\Gamma_\mu(x) = V\,\mathbb E_\pi[y\mid x]`.
+
+Algorithm (log-domain stabilised Sinkhorn, our implementation): the potentials are kept in the
+log domain; a log-sum-exp pass computes a row half-step, which bounds the stabilised kernel
+:math:`\tilde K_{ij} = e^{L_{ij}/\varepsilon + f_i + g_j}`; iterations then run on scalings
+:math:`a=e^{f-f_0}`, :math:`b=e^{g-g_0}` (one matrix–vector product each) and are absorbed
+into the potentials (a new log-domain pass, counted as an iteration) as soon as
+:math:`|\log a|` or :math:`|\log b|` exceeds ``_ABSORB``. For symmetric :math:`A` both
+potentials coincide, :math:`f=g=\varphi`, and the averaged symmetric update
+:math:`\varphi\leftarrow\frac12(T\varphi+T^2\varphi)` is used (:math:`T` is the log-domain
+half-step :math:`T\varphi_i=-\log\int e^{L(x_i,y)/\varepsilon+\varphi(y)}\mathrm d\mu(y)`; the
+average removes the oscillating constant mode of plain Sinkhorn), for at most
+``_SYMMETRIC_ITERS`` updates. Otherwise (or after that) alternating row/column updates,
+over-relaxed when they are slow: the linear rate :math:`\lambda` of plain Sinkhorn is measured
+and the updates become :math:`\log b\leftarrow(1-\omega)\log b-\omega\log(\tilde K^\top(w a))`
+(and likewise for :math:`a`) with :math:`\omega=2/(1+\sqrt{1-\lambda})\le 1.99`, the optimal SOR
+factor of a two-block iteration; a diverging over-relaxation falls back to :math:`\omega=1`.
+
+Convergence: the marginal violation :math:`\sum_i|(\pi\mathbf 1)_i-w_i|` (L1, over the
+support) is compared with ``tol``, always on a plan whose rows are exact. It bounds the L2
+violation used by POT's ``stopThr``. Every pass over the kernel counts towards ``max_iter``, so
+a run always ends; non-finite logits or potentials raise ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from .. import gaussian_odes
+from .._checks import as_positive
+from ._base import GaussianClosure, as_flag, as_measure
+from ._bilinear import _Bilinear, _norm, _symmetric_mobility
+from ._kernels import kernel_sums, weighted_values
+
+__all__ = ["Sinkhorn", "sinkhorn_potentials"]
+
+_ABSORB = 30.0
+_SYMMETRIC_ITERS = 100
+
+
+def _is_symmetric(A):
+    scale = max(np.abs(A).max(), np.finfo(float).tiny)
+    return bool(np.abs(A - A.T).max() <= 1e-12 * scale)
+
+
+class _Run:
+    """The state of one solve (the kernel buffer, counters); not kept after the call."""
+
+    def __init__(self, Y, w, A, eps, tol, max_iter):
+        self.Y, self.w, self.logw = Y, w, np.log(w)
+        self.AT = A.T / eps
+        self.tol, self.max_iter = tol, max_iter
+        self.buf = np.empty((Y.shape[0],) * 2)
+        self.it, self.err, self.errs = 0, np.inf, []
+
+    def logits(self, out):
+        """L / eps on the support, (m, m), written into ``out``; RuntimeError if not finite."""
+        np.matmul(self.Y @ self.AT, self.Y.T, out=out)
+        if not np.isfinite(out).all():
+            raise RuntimeError("Sinkhorn: the scores <Ax, y> / eps are not finite (eps too "
+                               "small, or the scores overflow)")
+        return out
+
+    def row_pass(self, g):
+        """T(g)_i = -LSE_j(L_ij/eps + g_j + log w_j); leaves in ``buf`` the row-normalised kernel
+        exp(L_ij/eps + T_i + g_j) (entries <= 1/w_j)."""
+        buf = self.logits(self.buf)
+        buf += (g + self.logw)[None, :]
+        c = buf.max(axis=1)
+        buf -= c[:, None]
+        np.exp(buf, out=buf)
+        s = buf.sum(axis=1)
+        buf /= s[:, None]
+        buf /= self.w[None, :]
+        return -(c + np.log(s))
+
+    def done(self):
+        return self.err <= self.tol or self.it >= self.max_iter
+
+    def symmetric_sweeps(self, g, T):
+        """Averaged symmetric updates phi <- (T phi + T T phi) / 2 from phi = g (T = T(g)).
+
+        Returns the new potential and whether the run is over (converged or out of iterations).
+        """
+        w = self.w
+        with np.errstate(over="ignore"):     # row sums of the plan with f = g = phi
+            self.err = float(np.sum(w * np.abs(np.expm1(g - T))))
+        if self.done():
+            return g, True
+        g = 0.5 * (g + T)
+        self.it += 1
+        buf = self.logits(self.buf)           # exp(L/eps + phi_i + phi_j) <= 1/sqrt(w_i w_j)
+        buf += g[:, None]
+        buf += g[None, :]
+        np.exp(buf, out=buf)
+        u = np.ones(g.size)
+        while True:
+            Ku = buf @ (w * u)
+            self.err = float(np.sum(w * np.abs(u * Ku - 1.0)))
+            if self.done():
+                return g + np.log(u), True
+            if self.it >= _SYMMETRIC_ITERS:
+                return g + np.log(u), False
+            v1 = 1.0 / Ku                   # T(phi)
+            v2 = 1.0 / (buf @ (w * v1))     # T(T(phi))
+            u_new = np.sqrt(v1 * v2)        # phi <- (T phi + T T phi) / 2
+            self.it += 1
+            if not np.all(np.isfinite(u_new)):
+                return g + np.log(u), False
+            u = u_new
+            if np.abs(np.log(u)).max() > _ABSORB:
+                return g + np.log(u), False
+
+    def alternating_sweeps(self, g):
+        """Alternating (over-relaxed) updates on the stabilised kernel ``buf`` (rows exact).
+
+        Plain Sinkhorn (omega = 1) measures its linear rate lambda; when it is slow the updates
+        are over-relaxed with omega = 2 / (1 + sqrt(1 - lambda)) (the optimal SOR factor of a
+        2-cyclic iteration), capped at 1.99, with lambda re-estimated every 10 sweeps from the
+        observed rate rho through Young's relation (rho + omega - 1)^2 = rho omega^2 lambda.
+        Convergence is confirmed on the plan (T(g), g) with exact rows. Returns (g, done).
+        """
+        w, buf = self.w, self.buf
+        la, lb = np.zeros(g.size), np.zeros(g.size)
+        exact, best = True, np.inf
+        omega = self.omega
+        while True:
+            Ka = buf.T @ (w * np.exp(la))           # column sums / w_j
+            col = float(np.sum(w * np.abs(np.exp(lb) * Ka - 1.0)))
+            if exact:
+                self.err = col
+                if self.done():
+                    return g + lb, True
+            elif col <= self.tol or self.it >= self.max_iter:
+                return g + lb, False                # confirm with an exact row pass
+            if not np.isfinite(col) or col > 100.0 * best:
+                # over-relaxation diverged: back to plain Sinkhorn, and never this far again
+                self.cap = 0.5 * (1.0 + omega)
+                self.omega, self.errs = 1.0, []
+                return g, False
+            best = min(best, col)
+            self.errs.append(col)
+            n = len(self.errs)
+            if n % 10 == 1 and n > 20:
+                rho = (self.errs[-1] / self.errs[-21]) ** 0.05
+                if 0.0 < rho < 1.0:
+                    lam = min((rho + omega - 1.0) ** 2 / (rho * omega**2), 0.99999)
+                    new = min(self.cap, 2.0 / (1.0 + math.sqrt(1.0 - lam)))
+                    if new > omega * 1.01:
+                        omega = self.omega = new
+            lb = (1.0 - omega) * lb - omega * np.log(Ka)
+            Kb = buf @ (w * np.exp(lb))
+            la = (1.0 - omega) * la - omega * np.log(Kb)
+            exact = omega == 1.0
+            self.it += 1
+            if max(np.abs(la).max(), np.abs(lb).max()) > _ABSORB:
+                return g + lb, False
+            if not (np.all(np.isfinite(la)) and np.all(np.isfinite(lb))):
+                return g, False
+
+    def solve(self, g, omega, symmetric):
+        self.omega, self.cap = omega, 1.99
+        use_symmetric = symmetric
+        first = True
+        while True:
+            if not first:
+                self.it += 1        # every log-domain pass counts: the loop always ends
+            first = False
+            T = self.row_pass(g)
+            if use_symmetric:
+                g, done = self.symmetric_sweeps(g, T)
+                if not done and self.it >= _SYMMETRIC_ITERS:
+                    use_symmetric = False          # slow: switch to over-relaxed alternation
+            else:
+                g, done = self.alternating_sweeps(g)
+            if not np.all(np.isfinite(g)):
+                raise RuntimeError(f"Sinkhorn potentials are not finite after {self.it} "
+                                   "iterations (eps too small for these scores?)")
+            if done:
+                return g
+            if self.it >= self.max_iter:
+                self.err = float(np.sum(self.w * np.abs(np.expm1(g - self.row_pass(g)))))
+                return g
+
+
+def sinkhorn_potentials(points, weights, A, eps=1.0, tol=1e-9, max_iter=10_000, g0=None,
+                        omega0=1.0):
+    r"""Potentials of the entropic self-transport plan of :math:`\mu = \sum_j w_j\delta_{y_j}`.
+
+    The plan is :math:`\pi_{ij} = w_iw_j e^{f_i+g_j+\langle Ay_i, y_j\rangle/\varepsilon}` with
+    both marginals equal to ``weights`` (module docstring for the algorithm).
+
+    Parameters
+    ----------
+    points : ndarray, shape (m, d)
+        The support (tokens of positive weight only).
+    weights : ndarray, shape (m,)
+        Positive masses.
+    A : ndarray, shape (d, d)
+    eps : float
+        Entropic regularisation, > 0.
+    tol : float
+        Marginal violation (L1) at which the iterations stop.
+    max_iter : int
+        Cap on the number of passes over the kernel (every pass counts).
+    g0 : ndarray, shape (m,), optional
+        Warm start for the column potential (default 0).
+    omega0 : float
+        Warm start for the over-relaxation factor (1: plain Sinkhorn).
+
+    Returns
+    -------
+    f, g : ndarray, shape (m,)
+        Row and column potentials (``f = g`` for symmetric ``A``; otherwise ``f`` is the exact
+        row half-step from ``g``).
+    log : dict
+        ``"n_iter"``, ``"err"`` (final L1 marginal violation), ``"converged"`` (err <= tol),
+        ``"symmetric"``, ``"omega"`` (the over-relaxation factor reached), ``"span"`` (max - min
+        of the scores / eps), as POT's ``log=True`` outputs.
+
+    Raises
+    ------
+    RuntimeError
+        Non-finite scores or potentials.
+    """
+    m = points.shape[0]
+    symmetric = _is_symmetric(A)
+    run = _Run(points, weights, A, as_positive("eps", eps), tol, max_iter)
+    g = np.zeros(m) if g0 is None else np.array(g0, dtype=float)
+    if g.shape != (m,):
+        raise ValueError(f"g0 must have shape ({m},), got {g.shape}")
+    g = run.solve(g, float(omega0), symmetric)
+    f = g.copy() if symmetric else run.row_pass(g)
+    L = run.logits(run.buf)
+    log = {"n_iter": run.it, "err": run.err, "converged": run.err <= tol,
+           "symmetric": symmetric, "omega": run.omega, "span": float(L.max() - L.min())}
+    return f, g, log
+
+
+class Sinkhorn(_Bilinear):
+    r"""Sinkhorn attention: :math:`\Gamma_\mu(x) = V\,\mathbb E_\pi[y\mid x]` for the entropic
+    self-transport plan :math:`\pi` of :math:`\mu` (module docstring).
+
+    .. math::
+        \Gamma_\mu(x) = V\,\frac{\int e^{L(x,y)/\varepsilon+g(y)}\,y\,\mathrm d\mu(y)}
+                               {\int e^{L(x,y)/\varepsilon+g(y)}\,\mathrm d\mu(y)}
+
+    (the conditional is normalised row by row; with :math:`g=0` this is softmax attention with
+    :math:`A/\varepsilon`).
+
+    Warm start: ``self.warm_start`` caches the last converged column potential and
+    over-relaxation factor (a dict with keys ``"m"``, ``"symmetric"``, ``"g"``, ``"omega"``),
+    used as the start of the next call on as many tokens with the same symmetry of A, so the
+    steps of a simulation start from the previous potentials; :meth:`reset` forgets it. The
+    converged result does not depend on the start (up to ``tol``). It is the only state kept.
+
+    Parameters
+    ----------
+    A, V : array_like (d, d) or callable
+        The code of the paper uses ``A = K.T @ Q`` (no 1/sqrt(k)) and ``eps = 1``.
+    eps : float
+        Entropic regularisation, > 0.
+    tol : float
+        Marginal violation (L1) at which the iterations stop, > 0.
+    max_iter : int
+        Maximum number of passes. ``max_iter=0``: no update, so a cold start gives one row
+        normalisation of the kernel, i.e. softmax attention with ``A / eps``.
+    strict : bool
+        If True (default) a run that does not reach ``tol`` raises ``RuntimeError`` stating the
+        achieved violation; if False it warns (``RuntimeWarning``) and returns the last iterate.
+    causal : bool
+        Must be False: masked Sinkhorn attention is not defined (``ValueError``).
+
+    Notes
+    -----
+    The full kernel of the tokens of positive weight is stored (8 m² bytes), so at most
+    ``max_tokens = 10_000`` such tokens are accepted (``ValueError`` above).
+    """
+
+    max_tokens = 10_000
+
+    def __init__(self, A, V, eps=1.0, tol=1e-9, max_iter=10_000, strict=True, causal=False):
+        if as_flag("causal", causal):
+            raise ValueError("causal Sinkhorn attention is not defined (causal=True): the doubly "
+                             "stochastic normalisation uses every token")
+        super().__init__(A, V, causal=False)
+        self.eps = as_positive("eps", eps)
+        self.tol = as_positive("tol", tol)
+        if (isinstance(max_iter, (bool, np.bool_)) or not isinstance(max_iter, (int, np.integer))
+                or max_iter < 0):
+            raise TypeError(f"max_iter must be a non-negative int, got {max_iter!r}")
+        self.max_iter = int(max_iter)
+        self.strict = as_flag("strict", strict)
+        self.warm_start = None
+        self.last_log = None
+
+    def reset(self):
+        """Forget the warm-start potentials."""
+        self.warm_start = None
+
+    @property
+    def last_iterations(self):
+        """Number of iterations of the last solve (None before the first)."""
+        return None if self.last_log is None else self.last_log["n_iter"]
+
+    @property
+    def last_error(self):
+        """Marginal violation of the last solve (None before the first)."""
+        return None if self.last_log is None else self.last_log["err"]
+
+    def _prepare(self, points, weights, t):
+        if points.shape[1] != self.d:
+            raise ValueError(f"mu has dimension {points.shape[1]} but the Sinkhorn parameters "
+                             f"act on dimension d={self.d}")
+        keep = weights > 0
+        m = int(keep.sum())
+        if m > self.max_tokens:
+            raise ValueError(f"Sinkhorn attention stores the full kernel: at most "
+                             f"{self.max_tokens} tokens of positive weight (mu has {m})")
+        return points[keep], weights[keep], self.A(t), keep
+
+    def _solve(self, Y, w, A, t):
+        warm = self.warm_start
+        fits = warm is not None and warm["m"] == Y.shape[0] and warm["symmetric"] == _is_symmetric(A)
+        f, g, log = sinkhorn_potentials(Y, w, A, self.eps, self.tol, self.max_iter,
+                                        g0=warm["g"] if fits else None,
+                                        omega0=warm["omega"] if fits else 1.0)
+        self.last_log = log
+        if log["converged"]:
+            self.warm_start = {"m": Y.shape[0], "symmetric": log["symmetric"], "g": g.copy(),
+                               "omega": log["omega"]}
+        else:
+            msg = (f"Sinkhorn did not converge at t={t:g}: marginal violation {log['err']:.3g} > "
+                   f"tol={self.tol:g} after max_iter={self.max_iter} iterations (the scores / eps "
+                   f"span {log['span']:.3g}; convergence slows as this span grows: raise "
+                   f"eps, tol or max_iter)")
+            if self.strict:
+                raise RuntimeError(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=4)
+        return f, g
+
+    def potentials(self, mu, t=0.0):
+        r"""Converged potentials on the support of ``mu``.
+
+        Returns
+        -------
+        f, g : ndarray, shape (m,)
+            Row and column potentials of :math:`\pi_{ij} = w_iw_j e^{f_i+g_j+L_{ij}/\varepsilon}`
+            for the m tokens of positive weight (``f = g`` for symmetric A).
+        support : ndarray of bool, shape (n,)
+        """
+        mu = as_measure(mu)
+        Y, w, A, keep = self._prepare(mu.points, mu.weights, float(t))
+        f, g = self._solve(Y, w, A, float(t))
+        return f, g, keep
+
+    def plan(self, mu, t=0.0):
+        r"""The entropic self-transport plan :math:`\pi` on the tokens of ``mu``, shape (n, n).
+
+        Rows and columns of zero-weight tokens are zero; both marginals are the weights up to
+        ``tol`` (L1). ``velocity`` is ``V`` times this plan's row-normalised barycentres.
+        """
+        mu = as_measure(mu)
+        f, g, keep = self.potentials(mu, t)
+        Y, w = mu.points[keep], mu.weights[keep]
+        logits = Y @ (self.A(t).T / self.eps) @ Y.T + f[:, None] + g[None, :]
+        P = np.zeros((mu.n, mu.n))
+        P[np.ix_(keep, keep)] = np.exp(logits) * np.outer(w, w)
+        return P
+
+    def field(self, points, weights, positions, t):
+        Y, w, A, _ = self._prepare(points, weights, t)
+        _, g = self._solve(Y, w, A, t)
+        queries = np.hstack([points @ (A.T / self.eps), np.ones((points.shape[0], 1))])
+        keys = np.hstack([Y, g[:, None]])
+        nd = kernel_sums(queries, keys, weighted_values(Y, w), "softmax")
+        return (nd[:, :-1] / nd[:, -1:]) @ self.V(t).T
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        """Sinkhorn Gaussian closure (:func:`tpde_lib.gaussian_odes.sinkhorn_rhs`)."""
+        m, c = self.check_gaussian(mean, cov)
+        return gaussian_odes.sinkhorn_rhs(self.A(t), self.V(t), self.eps, m, c)
+
+    def batched_closure(self):
+        eps = np.asarray(self.eps)
+        return GaussianClosure(key=(gaussian_odes.sinkhorn_rhs,),
+                               params=lambda t: (self.A(t), self.V(t), eps),
+                               rhs=gaussian_odes.sinkhorn_rhs, constant=not self.time_dependent)
+
+    def growth_rate(self, t=0.0):
+        r""":math:`\|V\|`: the field is :math:`V` times a conditional expectation of the plan."""
+        return _norm(self.V(t))
+
+    def log_lipschitz(self, R, t=0.0):
+        raise NotImplementedError(
+            "Lipschitz constants of Sinkhorn attention are not derived here: they need a "
+            "W_1-stability estimate of the entropic potentials, which the book does not derive")
+
+    def mobility(self, t=0.0):
+        r"""Mobility :math:`P = VA^{-1}` of the entropic self-transport energy
+        (:func:`tpde_lib.energy.sinkhorn_energy`); ``A`` symmetric invertible, ``P`` symmetric."""
+        return _symmetric_mobility(self.A(t), self.V(t), 1.0)

@@ -21,7 +21,7 @@ from ..measures import Empirical, Gaussian
 __all__ = ["affine_defect", "gauss_hermite"]
 
 #: default nodes per dimension of the product grid (the grid has nodes**d points)
-_NODES = {1: 60, 2: 24, 3: 12, 4: 7}
+_NODES = {1: 80, 2: 50, 3: 20, 4: 9}
 _MAX_POINTS = 10_000
 
 
@@ -38,7 +38,8 @@ def gauss_hermite(g, nodes_per_dim=None):
     g : Gaussian
         Mean (d,), covariance (d, d).
     nodes_per_dim : int, optional
-        Default 60, 24, 12, 7 for d = 1, 2, 3, 4; required for d > 4. The grid has at most
+        Default 80, 50, 20, 9 for d = 1, 2, 3, 4 (measured: round-off level for softmax and ℓ²
+        with unit scores in d <= 2, about 1e-5 in d = 3); required for d > 4. The grid has at most
         10,000 points.
 
     Returns

@@ -21,7 +21,7 @@ import nbformat
 import yaml
 from nbval import plugin as nbval_plugin
 
-from tpde_lib.claims import toc_documents
+from tpde_book.ledger import toc_documents
 
 
 def is_myst_notebook(path):

@@ -1,11 +1,19 @@
-"""The claims ledger: records, collection from chapter sources, links that MyST resolves."""
+"""The claims ledger: records as notebook outputs, collection from sources, the claims map."""
 
 import json
 import textwrap
+from collections import Counter
+from pathlib import Path
 
+import nbformat
 import pytest
+import yaml
+from nbclient import NotebookClient
 
-from tpde_lib import claims
+import tpde_book
+from tpde_book.ledger import collect, slug
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CHAPTER = textwrap.dedent('''\
     ---
@@ -19,55 +27,69 @@ CHAPTER = textwrap.dedent('''\
     ## Section with $W_2$ math
 
     ```{code-cell} ipython3
-    from tpde_lib.claims import record
+    from tpde_book import record
     assert 1 + 1 == 2
-    record("demo-one", "derived", "One plus one is two.", value=2.0)
+    record("demo-one", "derived", "One plus one is two.", value=2.0, claim="C3")
     ```
 
     ## Second section
 
     ```{code-cell} ipython3
     assert True
-    record("demo-two", "observed", "Nothing fails.")
+    record("demo-two", "observed", "Nothing fails.", kind="consistency")
     ```
     ''')
 
 
 @pytest.fixture
-def book(tmp_path, monkeypatch):
+def book(tmp_path):
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n"
                                        "  - file: chapters/one\n")
     (tmp_path / "chapters").mkdir()
     (tmp_path / "chapters" / "one.md").write_text(CHAPTER)
-    monkeypatch.chdir(tmp_path / "chapters")
     return tmp_path
 
 
-def test_collect_finds_every_record_call_with_its_section(book):
-    found = claims.collect(book)
+def test_collect_finds_every_record_call_with_its_section_claim_and_kind(book):
+    found = collect(book)
     assert [c["key"] for c in found] == ["demo-one", "demo-two"]
     assert found[0]["status"] == "derived" and found[0]["title"] == "A chapter"
+    assert found[0]["claim"] == "C3" and found[0]["kind"] == "test"
     assert found[1]["section"] == "Second section" and found[1]["anchor"] == "second-section"
+    assert found[1]["kind"] == "consistency" and found[1]["claim"] is None
 
 
-def test_ledger_marks_claims_passed_only_once_recorded(book):
-    before = claims.ledger_markdown(book)
-    assert before.count("not run in this build") == 2
-    claims.record("demo-one", "derived", "One plus one is two.", value=2.0)
-    data = json.loads((book / "_build" / "claims" / "demo-one.json").read_text())
-    assert data["value"] == "2"
-    after = claims.ledger_markdown(book)
-    assert after.count("not run in this build") == 1 and "✔ passed (2)" in after
+def test_a_record_is_a_glue_output_that_myst_nb_recognises():
+    """Executed in a real kernel, record() leaves a hidden output MyST-NB reads as glue data."""
+    from myst_nb.ext.glue import extract_glue_data
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from tpde_book import record\n"
+                                  "record('demo-k', 'paper', 'A statement.', value=0.5)"),
+        nbformat.v4.new_code_cell("1 + 1"),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    glue = extract_glue_data(nb, [0, 1], logger=None)
+    assert list(glue) == [tpde_book.KEY_PREFIX + "demo-k"]
+    payload = json.loads(glue[tpde_book.KEY_PREFIX + "demo-k"]["data"][tpde_book.MIME])
+    assert payload == {"key": "demo-k", "status": "paper", "statement": "A statement.",
+                       "value": "0.5", "claim": None, "kind": "test"}
+    # the visible output is only the printed confirmation: the record itself is hidden
+    assert [o["output_type"] for o in nb.cells[0].outputs] == ["stream"]
 
 
-@pytest.mark.parametrize("args, match", [
-    (("Bad Key", "derived", "x"), "key"),
-    (("ok-key", "proved", "x"), "status"),
-    (("ok-key", "paper", "  "), "statement"),
+@pytest.mark.parametrize("args, kwargs, match", [
+    (("Bad Key", "derived", "x"), {}, "key"),
+    (("ok-key", "proved", "x"), {}, "status"),
+    (("ok-key", "paper", "  "), {}, "statement"),
+    (("ok-key", "paper", "x"), {"claim": "C18"}, "claim"),
+    (("ok-key", "paper", "x"), {"kind": "evidence"}, "kind"),
 ])
-def test_record_rejects_bad_arguments(args, match):
+def test_record_rejects_bad_arguments(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        claims.record(*args)
+        tpde_book.record(*args, **kwargs)
 
 
 @pytest.mark.parametrize("heading", [
@@ -84,22 +106,27 @@ def test_anchor_equals_the_slug_myst_computes(heading):
 
     md = MarkdownIt("commonmark").use(dollarmath_plugin)
     node = SyntaxTreeNode(md.parse(f"## {heading}\n")).children[0]
-    assert claims._slug(heading) == compute_unique_slug(node, set())
+    assert slug(heading) == compute_unique_slug(node, set())
 
 
-def test_ledger_rejects_a_key_used_twice(book):
-    page = book / "chapters" / "one.md"
-    page.write_text(page.read_text().replace('"demo-two"', '"demo-one"'))
-    with pytest.raises(ValueError, match="demo-one"):
-        claims.ledger_markdown(book)
-
-
-def test_this_books_claim_keys_are_unique_and_statuses_valid():
-    from collections import Counter
-    from pathlib import Path
-
-    found = claims.collect(Path(__file__).resolve().parents[1])
-    assert found, "no chapter records a claim"
+def test_this_books_check_keys_are_unique_and_statuses_valid():
+    found = collect(ROOT)
+    assert found, "no chapter records a check"
     twice = [k for k, n in Counter(c["key"] for c in found).items() if n > 1]
-    assert not twice, f"claim keys used twice: {twice}"
-    assert {c["status"] for c in found} <= set(claims.STATUSES)
+    assert not twice, f"check keys used twice: {twice}"
+    assert {c["status"] for c in found} <= set(tpde_book.STATUSES)
+    assert {c["kind"] for c in found} <= set(tpde_book.KINDS)
+
+
+def test_the_claims_map_covers_c1_to_c17_with_existing_tests():
+    claims = yaml.safe_load((ROOT / "claims_map.yml").read_text(encoding="utf-8"))["claims"]
+    assert [c["id"] for c in claims] == [f"C{i}" for i in range(1, 18)]
+    by_key = {c["key"]: c for c in collect(ROOT)}
+    for c in claims:
+        missing = [k for k in c.get("checks", []) if k not in by_key]
+        assert not missing, f"{c['id']} names checks no chapter records: {missing}"
+        if c["status"] != "not-checkable":
+            tests = [k for k in c.get("checks", []) if by_key[k]["kind"] == "test"]
+            assert tests, f"{c['id']} ({c['status']}) has no check of kind 'test'"
+        else:
+            assert c.get("note"), f"{c['id']} is not checkable but says not why"

@@ -104,6 +104,8 @@ def square_param(name, value, d=None, what="A"):
     p = matrix_param(name, value)
     if p.shape[0] != p.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {p.shape}")
+    if p.shape[0] < 1:
+        raise ValueError(f"{name} must be a (d, d) matrix with d >= 1, got shape {p.shape}")
     if d is not None and p.shape[0] != d:
         raise ValueError(f"{name} must have shape ({d}, {d}) to match {what}, got {p.shape}")
     return p
@@ -251,10 +253,11 @@ class Attention:
         raise NotImplementedError(f"{self.name} attention has no batched Gaussian closure")
 
     def check_gaussian(self, mean, cov):
-        """Validate a closure's arguments: ``mean`` (d,), ``cov`` (d, d) symmetric, finite.
+        """Validate a closure's arguments: ``mean`` (d,), ``cov`` (d, d) symmetric PSD, finite.
 
-        The covariance may be slightly indefinite (mid-integration round-off): only shape,
-        finiteness and symmetry are checked. Causal variants raise ``NotImplementedError``.
+        The covariance may be indefinite at round-off level (mid-integration states of
+        near-singular covariances): eigenvalues down to -1e-6 times the largest are accepted.
+        Causal variants raise ``NotImplementedError``.
 
         Returns
         -------
@@ -269,6 +272,10 @@ class Attention:
         scale = max(np.abs(c).max(), np.finfo(float).tiny)
         if np.abs(c - c.T).max() > 1e-8 * scale:
             raise ValueError(f"cov must be symmetric (max |cov - cov^T| = {np.abs(c - c.T).max():.3g})")
+        lam = np.linalg.eigvalsh(0.5 * (c + c.T))
+        if lam[0] < -1e-6 * max(lam[-1], np.finfo(float).tiny):
+            raise ValueError(f"cov must be positive semi-definite (smallest eigenvalue "
+                             f"{lam[0]:.3g}; round-off down to -1e-6 x the largest is accepted)")
         return m, c
 
     @property

@@ -77,6 +77,9 @@ class GaussianTrajectory:
     blowup_time: float | None
     status: str = "ok"
 
+    def __post_init__(self):
+        _check_result(self, batch=False)
+
     def gaussian(self, k):
         """The Gaussian at the ``k``-th stored time (a :class:`~tpde_lib.measures.Gaussian`)."""
         return Gaussian(self.mean[k], _psd_clip(self.cov[k]))
@@ -111,9 +114,38 @@ class GaussianBatch:
     valid: np.ndarray
     status: np.ndarray = None
 
+    def __post_init__(self):
+        _check_result(self, batch=True)
+
     def gaussian(self, b, k):
         """The Gaussian of member ``b`` at the ``k``-th time."""
         return Gaussian(self.mean[b, k], _psd_clip(self.cov[b, k]))
+
+
+_STATUSES = ("ok", "blowup", "growth_limit")
+
+
+def _check_result(res, batch):
+    """Validate a result container's fields (shapes, dtypes, statuses)."""
+    name = type(res).__name__
+    for field in ("times", "mean", "cov"):
+        v = getattr(res, field)
+        if not isinstance(v, np.ndarray) or v.dtype.kind != "f":
+            raise TypeError(f"{name}.{field} must be a float ndarray, got {type(v).__name__}")
+    T = res.times.shape[0] if res.times.ndim == 1 else -1
+    lead = (res.mean.shape[0],) if batch else ()
+    if res.times.ndim != 1 or res.mean.shape[len(lead):len(lead) + 1] != (T,):
+        raise ValueError(f"{name}: times (T,) and mean {lead + (T, 'd')} do not match: "
+                         f"{res.times.shape}, {res.mean.shape}")
+    d = res.mean.shape[-1]
+    if res.cov.shape != res.mean.shape + (d,):
+        raise ValueError(f"{name}: cov must have shape {res.mean.shape + (d,)}, got "
+                         f"{res.cov.shape}")
+    statuses = np.atleast_1d(np.asarray(res.status, dtype=object)) if res.status is not None \
+        else np.array(["ok"], dtype=object)
+    bad = [s for s in statuses if s not in _STATUSES]
+    if bad:
+        raise ValueError(f"{name}.status must be one of {_STATUSES}, got {bad[0]!r}")
 
 
 def _psd_clip(S):
@@ -145,7 +177,7 @@ def _is_blowup(q, dq, t, t0, q_cap):
 
 
 def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", max_step=np.inf,
-                      max_growth=_MAX_GROWTH):
+                      max_growth=_MAX_GROWTH, max_steps=100_000):
     r"""Integrate the mean/covariance ODE of ``att`` from ``g0`` (paper notes §5).
 
     Solves :math:`\alpha' = b + M\alpha`, :math:`\Sigma' = M\Sigma + \Sigma M^\top` (the
@@ -176,6 +208,9 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
         (module docstring) exceeds ``max_growth`` times its initial value without a Riccati signature
         (e.g. exponential growth of ℓ²/Sinkhorn, or the stiff near-blow-ups of general
         :math:`V`); raise it to follow exponential growth further.
+    max_steps : int
+        Cap on the work: at most ``20 * max_steps`` right-hand side evaluations
+        (``RuntimeError`` beyond, saying so).
 
     Returns
     -------
@@ -220,8 +255,26 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
             dm, dc = rhs(t, y[None, :d], y[None, d:].reshape(1, d, d), idx0)
             return np.concatenate([dm[0], dc[0].ravel()])
 
+    max_step = as_positive("max_step", max_step) if np.isfinite(max_step) else np.inf
+    if (isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, (int, np.integer))
+            or max_steps < 1):
+        raise TypeError(f"max_steps must be a positive int, got {max_steps!r}")
+    budget = [20 * int(max_steps)]
+    f_plain = f
+
+    def f(t, y):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise RuntimeError(f"simulate_gaussian: more than max_steps={max_steps} steps "
+                               f"(t = {t:g}); raise max_steps, or loosen rtol/atol")
+        return f_plain(t, y)
+
     y0 = np.concatenate([g0.mean, g0.cov.ravel()])
-    f(times[0], y0)  # surfaces shape and NotImplementedError problems before integrating
+    # surfaces shape and NotImplementedError problems before integrating
+    if not np.isfinite(f(times[0], y0)).all():
+        raise FloatingPointError(f"simulate_gaussian: the right-hand side of {rhs.atts[0].name} "
+                                 f"is not finite at t={times[0]:g} (the parameters or the "
+                                 "covariance overflow the float range)")
     use_mean = bool(np.trace(g0.cov) == 0)
     q0 = float(g0.mean @ g0.mean if use_mean else np.trace(g0.cov))
     threshold = _GROWTH_FIRST * q0 if q0 > 0 else np.inf
@@ -245,7 +298,21 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
         sol = solve_ivp(f, (t_start, remaining[-1]), y_start, method=method, t_eval=remaining,
                         rtol=rtol, atol=atol, events=event, max_step=max_step)
         if sol.status == -1:
-            raise RuntimeError(f"simulate_gaussian: integration failed at t={sol.t[-1]:g}: "
+            # the step size collapsed: a blow-up faster than the solver can follow is reported
+            # as one (remaining-time estimate q/q' below 1e-9 of the window), anything else raises
+            t_fail = float(sol.t[-1]) if len(sol.t) else float(t_start)
+            y_fail = np.asarray(sol.y)[:, -1] if len(sol.t) else y_start
+            dy = f_plain(t_fail, y_fail)
+            q, dq = _growth(y_fail[:d], y_fail[d:].reshape(d, d), dy[:d],
+                            dy[d:].reshape(d, d), use_mean)
+            rho = float(q / dq) if dq > 0 else np.inf
+            if rho < 1e-9 * max(times[-1] - times[0], 1e-300):
+                if len(sol.t):
+                    out.append(np.asarray(sol.y).T)
+                    t_out.append(np.asarray(sol.t))
+                blowup, status = t_fail + rho, "blowup"
+                break
+            raise RuntimeError(f"simulate_gaussian: integration failed at t={t_fail:g}: "
                                f"{sol.message}")
         if len(sol.t):
             out.append(np.asarray(sol.y).T)
@@ -388,6 +455,12 @@ def simulate_gaussian_batch(att, cov0, times, mean0=None, rtol=1e-9, atol=1e-12,
     q0, _ = _growth(mean0, cov0, mean0, cov0, use_mean)
     rule = _BlowupRule(d, q0, use_mean, times[0], max_growth)
     y0 = np.concatenate([mean0, cov0.reshape(B, d * d)], axis=1)
+    k0 = f(np.full(B, times[0]), y0, np.arange(B))
+    if not np.isfinite(k0).all():
+        b = int(np.argmax(~np.isfinite(k0).all(axis=1)))
+        raise FloatingPointError(f"simulate_gaussian_batch: the right-hand side of member {b} "
+                                 f"is not finite at t={times[0]:g} (the parameters or the "
+                                 "covariance overflow the float range)")
     sol = solve_batch(f, y0, times, rtol=rtol, atol=atol, max_steps=int(max_steps), stop=rule)
     cov = sol.y[:, :, d:].reshape(B, times.size, d, d)
     cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))

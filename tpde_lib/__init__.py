@@ -6,9 +6,9 @@ measure mu_t transported by the self-attention velocity field Gamma_mu:
 
     d/dt mu + div(mu Gamma_mu) = 0.
 
-Conventions (paper notes §1.2): tokens are rows of an (n, d) array; the score between a query x
-and a key y is <A x, y> = y^T A x, with A = K^T Q / sqrt(k) when built from Q, K in R^{k x d};
-V in R^{d x d} merges value and output matrices.
+Conventions (the book's introduction has the table): tokens are rows of an (n, d) array;
+the score between a query x and a key y is <A x, y> = y^T A x, with A = K^T Q / sqrt(k) when
+built from Q, K in R^{k x d}; V in R^{d x d} merges value and output matrices.
 
 Modules: ``measures`` (Empirical, Gaussian), ``attention`` (the protocol :class:`Attention`,
 the blocked engine :func:`kernel_sums` and the variants), ``particles`` (token simulations),

@@ -2,7 +2,7 @@
 
 Used for every matrix square root in the library: ``eigh`` of the symmetrised matrix is stable for
 ill-conditioned and singular covariances, where ``scipy.linalg.sqrtm(...).real`` or general
-inverses are not (paper notes §10).
+inverses are not.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-r"""Right-hand sides of the mean/covariance ODEs of Gaussian solutions (paper notes §5).
+r"""Right-hand sides of the mean/covariance ODEs of Gaussian solutions.
+
+Used in the chapter "Gaussian solutions"; derived in the appendix "Derivations".
 
 If, for every Gaussian :math:`\mu = \mathcal N(\alpha, \Sigma)`, the attention field is affine,
 :math:`\Gamma_\mu(x) = b + M x`, then the Transformer PDE keeps :math:`\mu_t` Gaussian and
@@ -6,9 +8,10 @@ If, for every Gaussian :math:`\mu = \mathcal N(\alpha, \Sigma)`, the attention f
 .. math::
     \alpha' = b + M\alpha, \qquad \Sigma' = M\Sigma + \Sigma M^\top
 
-(paper notes §5.1). Each function below returns ``(dmean, dcov)`` for one attention variant.
+(appendix "Derivations", :eq:`eq-closure`). Each function below returns ``(dmean, dcov)`` for one
+attention variant.
 Notation: :math:`\alpha` is the mean, :math:`\Sigma` the covariance, :math:`A` the score matrix
-(score :math:`\langle Ax, y\rangle = y^\top A x`, paper notes §1.2) and :math:`V` the value matrix.
+(score :math:`\langle Ax, y\rangle = y^\top A x`, the book's convention) and :math:`V` the value matrix.
 
 Every function **broadcasts over leading batch dimensions** of all its arguments: matrices have
 shape ``(..., d, d)``, means ``(..., d)``. Inputs are trusted (validated by the attention classes
@@ -41,7 +44,7 @@ def _sym_part2(X):
 
 
 def softmax_rhs(A, V, mean, cov):
-    r"""Mean/covariance ODE of softmax attention (paper notes §5.2).
+    r"""Mean/covariance ODE of softmax attention (appendix "Derivations", :eq:`eq-softmax-ode`).
 
     The exponential tilt :math:`e^{\langle Ax,y\rangle}\mathcal N(\alpha,\Sigma)(dy)\propto
     \mathcal N(\alpha + \Sigma A x, \Sigma)` gives :math:`\Gamma(x) = V(\alpha + \Sigma A x)`, so
@@ -71,7 +74,7 @@ def softmax_rhs(A, V, mean, cov):
 
 
 def multihead_rhs(As, Vs, mean, cov):
-    r"""Mean/covariance ODE of multi-head softmax attention (paper notes §5.3).
+    r"""Mean/covariance ODE of multi-head softmax attention (appendix "Derivations", :eq:`eq-multihead-ode`).
 
     The field is the sum of the heads' fields, :math:`\Gamma = \sum_h V_h(\alpha+\Sigma A_h x)`:
 
@@ -103,7 +106,9 @@ def multihead_rhs(As, Vs, mean, cov):
 
 
 def l2_rhs(Q, K, V, tau, mean, cov):
-    r"""Mean/covariance ODE of ℓ² attention with kernel :math:`e^{-|Qx-Ky|^2/\tau}` (§5.4).
+    r"""Mean/covariance ODE of ℓ² attention with kernel :math:`e^{-|Qx-Ky|^2/\tau}`.
+
+    Derived in the appendix "Derivations", :eq:`eq-l2-ode`.
 
     The :math:`x`-only factor cancels in the normalisation, so the kernel acts as
     :math:`e^{(2\langle Qx, Ky\rangle - |Ky|^2)/\tau}`. Completing the square against
@@ -151,11 +156,13 @@ def l2_rhs(Q, K, V, tau, mean, cov):
 
 
 def sinkhorn_gain(A, cov):
-    r"""The product :math:`G\Sigma` of the Sinkhorn conditional-mean slope :math:`G` (§5.5), ε = 1.
+    r"""The product :math:`G\Sigma` of the Sinkhorn conditional-mean slope :math:`G`, ε = 1.
+
+    Derived in the appendix "Derivations", :eq:`eq-sinkhorn-gain`.
 
     The entropic self-plan of :math:`\mathcal N(\alpha,\Sigma)` for the cost
     :math:`-\langle Ax,y\rangle` has :math:`\mathbb E[y|x] = \alpha + G(x-\alpha)` with (official
-    code, paper notes §5.5) :math:`G\Sigma = \tfrac12 A^{-\top}(\Sigma^{-1/2}D_\Sigma\Sigma^{1/2} - I)`,
+    code of the paper) :math:`G\Sigma = \tfrac12 A^{-\top}(\Sigma^{-1/2}D_\Sigma\Sigma^{1/2} - I)`,
     :math:`D_\Sigma = (I + 4 N^\top N)^{1/2}`, :math:`N = \Sigma^{1/2}A\Sigma^{1/2}`. Since
     :math:`D_\Sigma - I = 4N^\top N (I + D_\Sigma)^{-1}` (the factors commute), this equals
 
@@ -187,7 +194,9 @@ def sinkhorn_gain(A, cov):
 
 
 def sinkhorn_rhs(A, V, eps, mean, cov):
-    r"""Mean/covariance ODE of Sinkhorn attention (paper notes §5.5), temperature ε.
+    r"""Mean/covariance ODE of Sinkhorn attention, temperature ε.
+
+    Derived in the appendix "Derivations", :eq:`eq-sinkhorn-ode`.
 
     The field is :math:`\Gamma(x) = V\,\mathbb E_\pi[y|x] = V(\alpha + G(x-\alpha))`, with
     :math:`G` of :func:`sinkhorn_gain` computed for :math:`A/\varepsilon` (the kernel is
@@ -217,7 +226,7 @@ def sinkhorn_rhs(A, V, eps, mean, cov):
 
 
 def linear_rhs(A, V, mean, cov):
-    r"""Mean/covariance ODE of linear attention (paper notes §5.6).
+    r"""Mean/covariance ODE of linear attention (appendix "Derivations", :eq:`eq-linear-ode`).
 
     :math:`\Gamma(x) = \int\langle Ax,y\rangle Vy\,d\mu(y) = V(\Sigma + \alpha\alpha^\top)Ax`, so
     :math:`M = V(\Sigma+\alpha\alpha^\top)A`, :math:`b = 0` and

@@ -1,9 +1,9 @@
-r"""Explicit constants of the Wasserstein stability estimate (paper notes §3.2–§3.4).
+r"""Explicit constants of the Wasserstein stability estimate (appendix "Derivations", :eq:`eq-stability`).
 
 For compactly supported data the paper proves (**paper's claim**; its constants are not available
 to us) a stability estimate :math:`W_p(\mu_t, \nu_t) \le C(t, R_0)\, W_p(\mu_0, \nu_0)`. This module
 computes one explicit admissible constant per attention variant, **derived here** from the
-Dobrushin template of paper notes §3.2:
+Dobrushin-type template of the paper's well-posedness proof:
 
 * (H1) support growth: :math:`|\Gamma_\mu(x)| \le c\,R` when :math:`\operatorname{supp}\mu
   \subset B_R` and :math:`|x| \le R`, so every support stays in :math:`B_{R(t)}`,
@@ -12,8 +12,9 @@ Dobrushin template of paper notes §3.2:
 * (H3) Lipschitz in the measure: :math:`|\Gamma_\mu(x) - \Gamma_\nu(x)| \le L_\mu(R)\,W_1(\mu, \nu)`
   for :math:`|x| \le R` and :math:`\mu, \nu` supported in :math:`B_R`.
 
-Grönwall then gives (**derived here**, the proof of paper notes §3.2): couple :math:`\mu_0, \nu_0`
-optimally for :math:`W_p`, follow both along their characteristics :math:`X_t, Y_t`; then
+Grönwall then gives (**derived here**, appendix "Derivations", section "Stability constants"):
+couple :math:`\mu_0, \nu_0` optimally for :math:`W_p`, follow both along their characteristics
+:math:`X_t, Y_t`; then
 :math:`\frac{d}{dt}\|X_t - Y_t\|_{L^p} \le L_x \|X_t - Y_t\|_{L^p} + L_\mu W_1(\mu_t, \nu_t)` and
 :math:`W_1 \le W_p \le \|X_t - Y_t\|_{L^p}`, so
 
@@ -26,7 +27,8 @@ with :math:`R_T = R_0 e^{cT}` and :math:`R_0` bounding both initial supports.
 Norms :math:`\|\cdot\|` of matrices are spectral norms. Derivations of the constants, with
 :math:`a = \|A\|`, :math:`v = \|V\|`:
 
-**Softmax** (paper notes §3.3). :math:`\Gamma_\mu(x) = V\,\mathbb E_{\pi_x}[y]`, where
+**Softmax** (appendix "Derivations", :eq:`eq-softmax-lipschitz`).
+:math:`\Gamma_\mu(x) = V\,\mathbb E_{\pi_x}[y]`, where
 :math:`\pi_x \propto e^{\langle Ax, y\rangle}\mu(dy)`, is a convex combination of the
 :math:`Vy`: :math:`c = v`. :math:`\nabla_x\Gamma_\mu = V\operatorname{Cov}_{\pi_x}(y)A` and
 :math:`\|\operatorname{Cov}\| \le R^2`: :math:`L_x = v a R^2` (valid for every :math:`x`).
@@ -38,7 +40,7 @@ polynomial prefactor: for :math:`A = V = I`, :math:`x = Re` and two atoms at :ma
 carrying masses :math:`1-p, p`, the derivative of :math:`\Gamma` in :math:`W_1` is
 :math:`v e^{2R^2}` at :math:`p = 0` (tested).
 
-**Multi-head** (§3.4): the field is a sum of softmax heads; every constant is the sum of the
+**Multi-head**: the field is a sum of softmax heads; every constant is the sum of the
 heads' constants (:math:`c = \sum_h \|V_h\|`, etc.).
 
 **ℓ²** (kernel :math:`k(x, y) = e^{-|Qx - Ky|^2/\tau}`; :math:`q = \|Q\|`, :math:`\kappa = \|K\|`).
@@ -51,24 +53,25 @@ k\,\tfrac2\tau\kappa(q + \kappa)R` and :math:`\sup_y k/\inf_y k \le e^{(q+\kappa
 (for :math:`|x|, |y| \le R`) give
 :math:`L_\mu = v\,(1 + \tfrac4\tau\kappa(q + \kappa)R^2)\,e^{(q + \kappa)^2R^2/\tau}`.
 
-**Sigmoid** (candidate (i) of §2.5: :math:`\Gamma_\mu(x) = \int\sigma(\langle Ax, y\rangle + b)
-Vy\,d\mu`). No denominator. :math:`0 < \sigma < 1`: :math:`c = v`.
+**Sigmoid** (with a fixed bias, chapter "The Transformer PDE":
+:math:`\Gamma_\mu(x) = \int\sigma(\langle Ax, y\rangle + b) Vy\,d\mu`). No denominator.
+:math:`0 < \sigma < 1`: :math:`c = v`.
 :math:`\nabla_x\Gamma = \int\sigma'\,Vyy^\top A\,d\mu` with :math:`\sigma' \le 1/4`:
 :math:`L_x = vaR^2/4`. The integrand :math:`g(y) = \sigma(\cdot)Vy` has
 :math:`\|\nabla g\| \le v + vR\cdot aR/4`: :math:`L_\mu = v(1 + aR^2/4)`. Polynomial in
 :math:`R`: no :math:`e^{cR^2}`.
 
-**Linear** (§2.6: :math:`\Gamma_\mu(x) = V(\int yy^\top d\mu)Ax`). :math:`L_x = vaR^2`,
+**Linear** ( :math:`\Gamma_\mu(x) = V(\int yy^\top d\mu)Ax`). :math:`L_x = vaR^2`,
 :math:`L_\mu = 2vaR^2` (the integrand :math:`\langle Ax, y\rangle Vy` has Jacobian
 :math:`\langle Ax, y\rangle V + Vy(Ax)^\top`). The growth is superlinear:
 :math:`|\Gamma_\mu(x)| \le vaR^3`, so :math:`R' = vaR^3` and
 :math:`R(t) = R_0(1 - 2vaR_0^2t)^{-1/2}`, finite only for :math:`t < 1/(2vaR_0^2)`.
 
 **Sinkhorn**: :math:`c = v` (a conditional expectation of the plan); the Lipschitz constants need
-a quantitative stability of the entropic potentials in :math:`W_1` (paper notes §3.4, UNSURE which
-result the paper uses): not derived, :func:`lipschitz_constants` raises ``NotImplementedError``.
+a quantitative stability of the entropic potentials in :math:`W_1` (which result the paper uses could not
+be checked here): not derived, :func:`lipschitz_constants` raises ``NotImplementedError``.
 **Unnormalised** attention and **causal** (masked) variants are not covered here (masked: the
-constant also depends on the mass at position 0, paper notes §4.2).
+constant also depends on the mass at position 0, chapter "Masked attention").
 
 **Time-dependent parameters.** With :math:`c(t)`, :math:`L(t)` the constants at time
 :math:`t`, the argument gives :math:`R(t) = R_0 e^{\int_0^t c}` and
@@ -240,7 +243,7 @@ def stability_bound(att, T, R0, n_grid=201):
     -------
     StabilityBound
 
-    See paper notes §3.3 and chapter "Well-posedness and stability".
+    Used in the chapter "Well-posedness and stability".
     """
     _check_att(att)
     T = _as_time(T)

@@ -41,7 +41,7 @@ def _check_cov_A(cov0, A):
 
 
 def softmax_blowup_time(cov0, A, v=1.0):
-    r"""Blow-up time of softmax attention with :math:`V = vI` (paper notes §6.3 R2).
+    r"""Blow-up time of softmax attention with :math:`V = vI` (appendix "Derivations", :eq:`eq-blowup-time`).
 
     .. math::
         t^* = \frac{1}{\max_i v\,p_i},\qquad p_i \text{ the eigenvalues of }
@@ -74,7 +74,9 @@ def softmax_blowup_time(cov0, A, v=1.0):
 
 
 def softmax_identity_V_closed_form(cov0, A, times, v=1.0):
-    r"""Exact covariance of softmax attention with :math:`V = vI` (paper notes §6.3 R2).
+    r"""Exact covariance of softmax attention with :math:`V = vI`.
+
+    Derived in the appendix "Derivations", :eq:`eq-identity-v`.
 
     :math:`(\Sigma^{-1})' = -v(A+A^\top)`, so :math:`\Sigma_t = (\Sigma_0^{-1} - vt(A+A^\top))^{-1}`.
     Evaluated in the stable form
@@ -119,7 +121,7 @@ def softmax_identity_V_closed_form(cov0, A, times, v=1.0):
 def softmax_limit_cov(cov0, A, rank_tol=1e-10):
     r"""Limit :math:`\Sigma_\infty` of softmax attention with :math:`V = I` and :math:`A+A^\top \preceq 0`.
 
-    (Paper notes §6.3 R2.) With :math:`-(A+A^\top) = UU^\top`,
+    (appendix "Derivations", :eq:`eq-limit-cov`.) With :math:`-(A+A^\top) = UU^\top`,
     :math:`\Sigma_\infty = \Sigma_0 - \Sigma_0U(U^\top\Sigma_0U)^{-1}U^\top\Sigma_0`
     (Woodbury on :math:`\Sigma_t = (\Sigma_0^{-1} + tUU^\top)^{-1}`). Computed in the equivalent,
     inverse-free form :math:`\Sigma_\infty = R\,\Pi\,R`, where :math:`R = \Sigma_0^{1/2}` and
@@ -160,7 +162,9 @@ def softmax_limit_cov(cov0, A, rank_tol=1e-10):
 
 
 def scalar_closed_form(sigma0, a, v, times):
-    r"""One-dimensional softmax variance :math:`\sigma_t = \sigma_0/(1 - 2va\sigma_0 t)` (§6.3 R3).
+    r"""One-dimensional softmax variance :math:`\sigma_t = \sigma_0/(1 - 2va\sigma_0 t)`.
+
+    Derived in the appendix "Derivations", :eq:`eq-scalar`.
 
     Parameters
     ----------

@@ -1,9 +1,9 @@
 r"""Gaussian solutions of the Transformer PDE: ODE solvers, blow-up detection and closed forms.
 
 For the attention variants whose field is affine on Gaussians (softmax, multi-head, ℓ², Sinkhorn,
-linear; paper notes §5) the solution started from :math:`\mathcal N(\alpha_0, \Sigma_0)` stays
-Gaussian, and the mean :math:`\alpha_t` and covariance :math:`\Sigma_t` solve the ODEs of
-:mod:`tpde_lib.gaussian_odes`. This module integrates them:
+linear; appendix "Derivations", :eq:`eq-closure`) the solution started from
+:math:`\mathcal N(\alpha_0, \Sigma_0)` stays Gaussian, and the mean :math:`\alpha_t` and
+covariance :math:`\Sigma_t` solve the ODEs of :mod:`tpde_lib.gaussian_odes`. This module integrates them:
 
 - :func:`simulate_gaussian`: one trajectory, adaptive (``scipy.integrate.solve_ivp``), with a
   terminal event that detects finite-time blow-up and reports its time;
@@ -18,14 +18,16 @@ when :math:`\Sigma_0 = 0`: linear attention's mean can blow up on its own). When
 remaining-time estimate :math:`\rho = q/\dot q` (the linear extrapolation of :math:`1/q` to 0).
 A Riccati blow-up, :math:`q \approx c/(t^* - t)`, gives
 :math:`\rho \approx t^* - t`, tiny compared with the elapsed time; exponential or polynomial
-growth (ℓ², Sinkhorn, paper notes §6.3 R6) gives :math:`\rho` comparable to it. If
+growth (ℓ², Sinkhorn: appendix "Derivations", section "Global existence") gives :math:`\rho`
+comparable to it. If
 :math:`\rho < 10^{-3}\times` (elapsed time) the blow-up time is reported as :math:`t^* = t + \rho`
 (the error is second order in :math:`\rho`, below ``1e-6`` relative in tests); otherwise the
 integration goes on to the next threshold. Beyond ``max_growth`` (default ``1e8``) times the
 initial :math:`q`, the member is stopped whatever the growth law (status ``"growth_limit"``, with
 the same extrapolated time as an *estimate*): this bounds the work in the stiff near-blow-ups of
 general :math:`V` (a small eigenvalue of :math:`\Sigma` collapses while a large one explodes),
-in the spirit of the authors' trace threshold (§7.2). Values are never NaN or infinite.
+in the spirit of the trace threshold of the authors' code (``tpde_lib.official``). Values are
+never NaN or infinite.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def _is_blowup(q, dq, t, t0, q_cap):
 
 def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", max_step=np.inf,
                       max_growth=_MAX_GROWTH, max_steps=100_000):
-    r"""Integrate the mean/covariance ODE of ``att`` from ``g0`` (paper notes §5).
+    r"""Integrate the mean/covariance ODE of ``att`` from ``g0`` (appendix "Derivations", :eq:`eq-closure`).
 
     Solves :math:`\alpha' = b + M\alpha`, :math:`\Sigma' = M\Sigma + \Sigma M^\top` (the
     variant's right-hand side, :mod:`tpde_lib.gaussian_odes`) with ``scipy.integrate.solve_ivp``

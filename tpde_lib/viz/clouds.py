@@ -7,6 +7,7 @@ only the first two coordinates are drawn.
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 __all__ = ["plot_cloud", "plot_paths", "common_limits", "cloud_panels", "animate_clouds"]
@@ -43,7 +44,6 @@ def plot_paths(ax, traj, upto=None, colours=None, cmap="viridis", alpha=0.25, lw
     colours : array_like (n,), optional
         Scalar per token mapped through ``cmap``; default: the initial polar angle.
     """
-    import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
 
     k = traj.points.shape[0] - 1 if upto is None else int(upto)
@@ -140,7 +140,6 @@ def animate_clouds(trajs, titles=None, figsize=(10, 3), interval=150, ncols=None
 
     All trajectories must share their ``times``. Returns ``IPython.display.HTML``.
     """
-    import matplotlib.pyplot as plt
     from IPython.display import HTML
     from matplotlib.animation import FuncAnimation
 

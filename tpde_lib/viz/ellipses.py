@@ -8,6 +8,7 @@ the corresponding 2×2 block). Degenerate covariances give segments or points.
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 __all__ = ["ellipse_points", "draw_ellipse", "draw_ellipses"]
@@ -73,7 +74,6 @@ def draw_ellipses(ax, means, covs, n_std=2.0, dims=(0, 1), cmap="viridis", lw=1.
     -------
     list of Line2D
     """
-    import matplotlib.pyplot as plt
 
     means = np.asarray(means, dtype=float)
     covs = np.asarray(covs, dtype=float)

@@ -1,43 +1,64 @@
-r"""Energies, gradient-flow structure and the twisted metric of the Transformer PDE (paper notes §8).
+r"""Energies, gradient-flow structure and the metrics of the Transformer PDE (chapter "Gradient flows").
 
-Which attention dynamics are gradient flows, of which energy, for which metric:
+Which attention dynamics are gradient flows, of which energy, for which metric (the paper's
+gradient-flow part, arXiv:2501.18322; each statement below is derived and checked in the chapter
+"Gradient flows", which says which are the paper's claims and which are ours):
 
 - **Sinkhorn attention** with :math:`V = A = A^\top` is the :math:`W_2` gradient flow of the
   entropic self-transport energy :math:`F(\mu) = \frac12\mathrm{OT}_\varepsilon(\mu,\mu)`
-  (:func:`sinkhorn_energy`); on Gaussians it is the Bures–Wasserstein gradient flow of
-  the closed form :func:`sinkhorn_energy_gaussian` (paper notes §8.1–8.2).
-- **Unnormalised attention** with :math:`A = A^\top` is, up to the constant *mobility* matrix
-  :math:`P = -VA^{-1}`, the gradient flow of the interaction energy
+  (:func:`sinkhorn_energy`); on Gaussians it is the Bures–Wasserstein gradient flow of the
+  closed form :func:`sinkhorn_energy_gaussian` (Sander et al. 2022 for the first statement).
+- **Unnormalised attention** with :math:`A = A^\top` is :math:`\Gamma = -P\nabla\frac{\delta E}{\delta\mu}`
+  with the constant *mobility* :math:`P = -VA^{-1}` (:func:`mobility`) and the interaction energy
   :math:`E(\mu) = \frac12\iint e^{\langle Ax,y\rangle}\mathrm d\mu\,\mathrm d\mu`
-  (:func:`interaction_energy`); for :math:`P` symmetric positive definite this is a :math:`W_2`
-  gradient flow after the change of variables :math:`x\mapsto P^{-1/2}x`, i.e. for the *twisted*
-  metric :func:`twisted_wasserstein` (paper notes §2.7, §8.3).
-- **Softmax attention** is the unnormalised field divided by the partition function
-  :math:`Z_\mu(x) = \int e^{\langle Ax,y\rangle}\mathrm d\mu(y)`; it is not a :math:`W_2` gradient
-  flow for general :math:`\mu` (:func:`velocity_jacobian`, :func:`symmetry_defect`), but it
-  dissipates :math:`E` at the rate :math:`\int Z_\mu\langle\Gamma, P^{-1}\Gamma\rangle\mathrm d\mu`
-  (:func:`dissipation`).
+  (:func:`interaction_energy`): for :math:`P` symmetric positive definite, the gradient flow of
+  :math:`E` for the twisted distance :func:`tpde_lib.transport.twisted_wasserstein`.
+- **Softmax attention** is the unnormalised field divided by :math:`Z_\mu(x)` (:func:`partition_function`):
+  the gradient flow of :math:`E` for the metric of kinetic energy
+  :math:`\int Z_\mu\langle v, P^{-1}v\rangle\,\mathrm d\mu` (:func:`dissipation`,
+  :func:`gaussian_metric`); it is not a :math:`W_2` gradient flow for general :math:`\mu`.
 
-Conventions: score :math:`\langle Ax,y\rangle = y^\top Ax` (paper notes §1.2), :math:`\Sigma` a
-covariance, :math:`\alpha` a mean, :math:`\varepsilon > 0` the entropic temperature. Every
-formula here that is not in the notes is derived in the chapter "Gradient flows", which also
-says which statements are the paper's and which are ours.
+The finite-difference witnesses (Jacobian symmetry, gradients, second differences along geodesics)
+live in :mod:`tpde_lib.gradient_witnesses` and are re-exported here.
+
+Conventions: score :math:`\langle Ax,y\rangle = y^\top Ax`, :math:`\Sigma` a covariance,
+:math:`\alpha` a mean, :math:`\varepsilon > 0` the entropic temperature.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import ot
 from scipy.special import logsumexp
 
+from . import gaussian_odes
 from ._checks import as_covariance, as_float_array, as_positive, as_square
 from ._linalg import psd_sqrt, sym_fn
+from .gradient_witnesses import (
+    ConvexitySearch,
+    configuration_gradient,
+    energy_along_geodesic,
+    frobenius_gradient,
+    search_geodesic_convexity,
+    second_differences,
+    symmetry_defect,
+    velocity_jacobian,
+)
 from .measures import Empirical, Gaussian
+
+# moved to tpde_lib.transport; kept importable from here for one release
+from .transport import (
+    bures_wasserstein_geodesic,
+    bures_wasserstein_map,
+    twisted_bures_wasserstein,
+    twisted_wasserstein,
+)
 
 __all__ = [
     "sinkhorn_energy",
     "sinkhorn_energy_gaussian",
-    "sinkhorn_gain_gaussian",
     "sinkhorn_energy_gradient_gaussian",
     "bures_wasserstein_gradient_flow_rhs",
     "interaction_energy",
@@ -45,14 +66,14 @@ __all__ = [
     "partition_function",
     "mobility",
     "dissipation",
-    "twisted_wasserstein",
-    "twisted_bures_wasserstein",
-    "bures_wasserstein_map",
-    "bures_wasserstein_geodesic",
-    "energy_along_geodesic",
-    "second_differences",
-    "velocity_jacobian",
-    "symmetry_defect",
+    "gaussian_metric",
+    # re-exported from gradient_witnesses
+    "velocity_jacobian", "symmetry_defect", "configuration_gradient", "frobenius_gradient",
+    "energy_along_geodesic", "second_differences", "search_geodesic_convexity", "ConvexitySearch",
+    # deprecated, or moved to tpde_lib.transport (kept for one release)
+    "sinkhorn_gain_gaussian",
+    "bures_wasserstein_map", "bures_wasserstein_geodesic",
+    "twisted_wasserstein", "twisted_bures_wasserstein",
 ]
 
 #: rows per block in the O(n^2) interaction sums (memory O(block * n))
@@ -67,12 +88,6 @@ def _check_measure(mu, name="mu"):
     if not isinstance(mu, Empirical):
         raise TypeError(f"{name} must be an Empirical measure, got {type(mu).__name__}")
     return mu
-
-
-def _check_gaussian(g, name):
-    if not isinstance(g, Gaussian):
-        raise TypeError(f"{name} must be a Gaussian, got {type(g).__name__}")
-    return g
 
 
 def _phi(s):
@@ -105,8 +120,6 @@ def _gaussian_args(cov, A, eps):
 def _logits(points, A):
     """L_ij = <A x_i, x_j> = x_j^T A x_i for a block of rows, shape (n, n)."""
     return (points @ A.T) @ points.T
-
-
 # --------------------------------------------------------------------------------------------
 # entropic self-transport (Sinkhorn) energy
 # --------------------------------------------------------------------------------------------
@@ -120,11 +133,11 @@ def sinkhorn_energy(mu, A, eps=1.0, tol=1e-12, max_iter=100_000):
             + \varepsilon\,\mathrm{KL}(\pi\,|\,\mu\otimes\mu)
 
     for the cost :math:`c(x,y) = -\langle Ax,y\rangle = -y^\top Ax`. The minimiser is the plan of
-    Sinkhorn attention (paper notes §2.4), and with :math:`V = A = A^\top` the Sinkhorn dynamics
-    is the :math:`W_2` gradient flow of :math:`F`, for every :math:`\varepsilon` (paper notes
-    §8.1; chapter "Gradient flows"). Convention (ours; UNSURE in the notes whether the paper uses
-    the same sign of the cost, the factor 1/2 and KL rather than entropy): with this
-    normalisation :math:`F(\delta_x) = -\frac12\langle Ax,x\rangle`.
+    Sinkhorn attention, and with :math:`V = A = A^\top` the Sinkhorn dynamics
+    is the :math:`W_2` gradient flow of :math:`F`, for every :math:`\varepsilon` (chapter
+    "Gradient flows"; Sander et al. 2022). Convention (ours; the paper's sign of the cost, factor
+    1/2 and KL-versus-entropy could not be confirmed): with this normalisation
+    :math:`F(\delta_x) = -\frac12\langle Ax,x\rangle`.
 
     Solver: POT's log-domain Sinkhorn (``ot.sinkhorn(..., method="sinkhorn_log")``) on the
     tokens of positive weight, then the primal value :math:`\langle\pi, C\rangle +
@@ -177,40 +190,34 @@ def sinkhorn_energy(mu, A, eps=1.0, tol=1e-12, max_iter=100_000):
 
 
 def sinkhorn_gain_gaussian(cov, A, eps=1.0):
-    r"""Slope :math:`G` of the Sinkhorn conditional mean :math:`\mathbb E_\pi[y|x] = \alpha + G(x-\alpha)`.
+    r"""Deprecated: slope :math:`G` of :math:`\mathbb E_\pi[y|x] = \alpha + G(x-\alpha)`.
 
-    Derived in the chapter "Gradient flows" (equivalent to paper notes §5.5 but with neither
-    :math:`A^{-1}` nor :math:`\Sigma^{-1}`): with :math:`B = A/\varepsilon`,
-    :math:`R = \Sigma^{1/2}` and :math:`M = RBR`,
-
-    .. math::
-        G = R\,K\,R\,B,\qquad K = \varphi(MM^\top),\quad \varphi(s) = \frac{2}{1+\sqrt{1+4s}},
-
-    the unique solution of :math:`G = (\Sigma - G\Sigma G^\top)B` with
-    :math:`\Sigma - G\Sigma G^\top = RKR \succeq 0`.
+    Use :func:`tpde_lib.gaussian_odes.sinkhorn_gain` (the one Gaussian Sinkhorn gain, which
+    returns :math:`G\Sigma` for the score matrix :math:`A/\varepsilon`); this wrapper returns
+    :math:`G = (G\Sigma)\,\Sigma^{+}` (pseudo-inverse; for singular :math:`\Sigma` only the
+    action of :math:`G` on the range of :math:`\Sigma` is defined). Kept for one release.
 
     Parameters
     ----------
     cov : array_like, shape (d, d)
-        Covariance :math:`\Sigma` (PSD; singular allowed).
     A : array_like, shape (d, d)
-    eps : float
+    eps : float, default 1
 
     Returns
     -------
     ndarray, shape (d, d)
     """
+    warnings.warn("energy.sinkhorn_gain_gaussian(cov, A, eps) is deprecated: use "
+                  "gaussian_odes.sinkhorn_gain(A / eps, cov), which returns G Sigma",
+                  DeprecationWarning, stacklevel=2)
     S, A, eps = _gaussian_args(cov, A, eps)
-    R = psd_sqrt(S)
-    B = A / eps
-    M = R @ B @ R
-    return R @ sym_fn(M @ M.T, _phi) @ R @ B
+    return gaussian_odes.sinkhorn_gain(A / eps, S) @ np.linalg.pinv(S, hermitian=True)
 
 
 def sinkhorn_energy_gaussian(cov, A, eps=1.0, mean=None):
     r"""Closed form of :math:`F = \frac12\mathrm{OT}_\varepsilon(\mu,\mu)` for Gaussian :math:`\mu`.
 
-    Derived in the chapter "Gradient flows" (for ε = 1 it is paper notes §8.2): with
+    Derived in the chapter "Gradient flows" ({eq}`eq-gf-sinkhorn-gaussian-energy`): with
     :math:`s_i` the eigenvalues of :math:`\Sigma^{1/2}A\Sigma A^\top\Sigma^{1/2}/\varepsilon^2`,
 
     .. math::
@@ -255,8 +262,8 @@ def sinkhorn_energy_gradient_gaussian(cov, A, eps=1.0):
 
     symmetric, the gradient for the Frobenius inner product on symmetric matrices
     (:math:`\mathrm dF = \operatorname{tr}(\nabla F\,\mathrm d\Sigma)`). For symmetric :math:`A`
-    it is :math:`-\frac12 AG` (paper notes §8.2, ε = 1), with :math:`G` of
-    :func:`sinkhorn_gain_gaussian`.
+    it is :math:`-\frac12 AG`, with :math:`G\Sigma` of
+    :func:`tpde_lib.gaussian_odes.sinkhorn_gain`.
 
     Parameters
     ----------
@@ -284,7 +291,7 @@ def bures_wasserstein_gradient_flow_rhs(cov, A, eps=1.0):
     :math:`\Sigma' = M\Sigma + \Sigma M^\top`, and the :math:`W_2` gradient of a function of
     :math:`\Sigma` is the linear field :math:`M = -2\nabla_\Sigma F` (chapter "Gradient flows").
     With :math:`V = A = A^\top` this equals the Sinkhorn covariance ODE
-    :math:`VG\Sigma + \Sigma G^\top V^\top` (paper notes §8.2, §9 item 14).
+    :math:`VG\Sigma + \Sigma G^\top V^\top` (checked in the chapter).
 
     Parameters
     ----------
@@ -346,7 +353,7 @@ def interaction_energy(mu, A, log=False):
     evaluated by blocked log-sum-exp (memory :math:`O(n\,b)`). For symmetric :math:`A`,
     :math:`\nabla_x\frac{\delta E}{\delta\mu} = A\int e^{\langle Ax,y\rangle}y\,\mathrm d\mu`, so
     unnormalised attention is :math:`\Gamma_\mu = -P\nabla\frac{\delta E}{\delta\mu}` with the
-    mobility :math:`P = -VA^{-1}` (paper notes §2.7, §8.3).
+    mobility :math:`P = -VA^{-1}` (:func:`mobility`).
 
     Parameters
     ----------
@@ -385,7 +392,7 @@ def interaction_energy_gaussian(cov, A, mean=None):
         b = \begin{pmatrix}RA^\top\alpha\\ RA\alpha\end{pmatrix}.
 
     For :math:`\alpha = 0`: :math:`E = \frac12\det(I - \Sigma A^\top\Sigma A)^{-1/2}`; for
-    :math:`A = -I`: :math:`\frac12\det(I-\Sigma^2)^{-1/2}` (paper notes §8.4).
+    :math:`A = -I`: :math:`\frac12\det(I-\Sigma^2)^{-1/2}`.
 
     Parameters
     ----------
@@ -414,8 +421,9 @@ def interaction_energy_gaussian(cov, A, mean=None):
     return float(0.5 * np.prod(1.0 - sv ** 2) ** -0.5 * np.exp(expo))
 
 
+
 # --------------------------------------------------------------------------------------------
-# mobility, dissipation, twisted metric
+# mobility, dissipation, the metrics
 # --------------------------------------------------------------------------------------------
 
 def mobility(A, V, variant):
@@ -426,8 +434,7 @@ def mobility(A, V, variant):
     - ``"sinkhorn"`` (energy :math:`F`, :func:`sinkhorn_energy`): :math:`P = VA^{-1}`
       (:math:`\Gamma = V\mathbb E_\pi[y|x] = -VA^{-1}\nabla\frac{\delta F}{\delta\mu}`).
 
-    Derived in the chapter "Gradient flows" (paper notes §8.3, there written with
-    :math:`A^{-\top}`; for symmetric :math:`A` the same).
+    Derived in the chapter "Gradient flows" ({eq}`eq-gf-twisted-metric`).
 
     Parameters
     ----------
@@ -499,246 +506,66 @@ def dissipation(mu, velocity, mobility_matrix=None, factor=None):
     return float(np.sum(mu.weights * rho * np.sum(G * PiG, axis=1)))
 
 
-def _inv_sqrt_spd(P, d):
-    P = as_covariance("P", P, d)
-    lam = np.linalg.eigvalsh(P)
-    if lam[0] <= 0:
-        raise ValueError(f"P must be symmetric positive definite (smallest eigenvalue "
-                         f"{lam[0]:.3g})")
-    return sym_fn(P, lambda x: 1.0 / np.sqrt(x))
 
 
-def twisted_wasserstein(mu, nu, P, **kwargs):
-    r"""Twisted distance :math:`d_P(\mu,\nu) = W_2\big((P^{-1/2})_\#\mu, (P^{-1/2})_\#\nu\big)`.
+def gaussian_metric(g, u1, u2, P=None, A=None):
+    r"""Inner product of two affine velocity fields at a Gaussian, for a (weighted) mobility metric.
 
-    The candidate :math:`d_{A,V}` of paper notes §8.3 (UNSURE whether it is the paper's): for a
-    field :math:`\Gamma = -P\nabla\frac{\delta\mathcal E}{\delta\mu}` with constant SPD mobility
-    :math:`P`, the variable :math:`y = P^{-1/2}x` moves by
-    :math:`\dot y = -\nabla_y\frac{\delta\mathcal E}{\delta\mu}`: a plain :math:`W_2` gradient flow.
-    Computed with :func:`tpde_lib.transport.wasserstein` on the mapped points.
-
-    Parameters
-    ----------
-    mu, nu : Empirical
-    P : array_like, shape (d, d)
-        Symmetric positive definite mobility.
-    **kwargs
-        Passed to :func:`~tpde_lib.transport.wasserstein` (``method`` ...).
-
-    Returns
-    -------
-    float
-    """
-    from .transport import wasserstein
-
-    _check_measure(mu, "mu")
-    _check_measure(nu, "nu")
-    T = _inv_sqrt_spd(P, mu.d)
-    return wasserstein(Empirical(mu.points @ T, mu.weights), Empirical(nu.points @ T, nu.weights),
-                       p=2, **kwargs)
-
-
-def twisted_bures_wasserstein(g1, g2, P):
-    r"""Twisted Bures–Wasserstein distance: :math:`W_2` of the images under :math:`x\mapsto P^{-1/2}x`.
-
-    :math:`\mathcal N(\alpha,\Sigma)\mapsto\mathcal N(P^{-1/2}\alpha, P^{-1/2}\Sigma P^{-1/2})`.
-
-    Parameters
-    ----------
-    g1, g2 : Gaussian
-    P : array_like, shape (d, d), symmetric positive definite
-
-    Returns
-    -------
-    float
-    """
-    from .transport import bures_wasserstein
-
-    _check_gaussian(g1, "g1")
-    _check_gaussian(g2, "g2")
-    T = _inv_sqrt_spd(P, g1.d)
-    return bures_wasserstein(Gaussian(T @ g1.mean, T @ g1.cov @ T),
-                             Gaussian(T @ g2.mean, T @ g2.cov @ T))
-
-
-# --------------------------------------------------------------------------------------------
-# Bures–Wasserstein geodesics
-# --------------------------------------------------------------------------------------------
-
-def bures_wasserstein_map(cov0, cov1):
-    r"""Matrix :math:`T` of the optimal (Brenier) map :math:`x\mapsto Tx` between centred Gaussians.
-
-    .. math:: T = \Sigma_0^{-1/2}\big(\Sigma_0^{1/2}\Sigma_1\Sigma_0^{1/2}\big)^{1/2}\Sigma_0^{-1/2}
-
-    symmetric positive semi-definite, :math:`T\Sigma_0T = \Sigma_1`.
-
-    Parameters
-    ----------
-    cov0 : array_like, shape (d, d)
-        Positive definite.
-    cov1 : array_like, shape (d, d)
-        PSD.
-
-    Returns
-    -------
-    ndarray, shape (d, d)
-    """
-    S0 = as_covariance("cov0", cov0)
-    S1 = as_covariance("cov1", cov1, S0.shape[0])
-    lam = np.linalg.eigvalsh(S0)
-    if lam[0] <= 1e-12 * max(lam[-1], np.finfo(float).tiny):
-        raise ValueError("cov0 must be positive definite for the optimal map to exist")
-    R = psd_sqrt(S0)
-    Ri = sym_fn(S0, lambda x: 1.0 / np.sqrt(x))
-    T = Ri @ psd_sqrt(R @ S1 @ R) @ Ri
-    return 0.5 * (T + T.T)
-
-
-def bures_wasserstein_geodesic(g0, g1, s):
-    r"""Points of the :math:`W_2` geodesic between two Gaussians (McCann interpolation).
+    For :math:`\mu = \mathcal N(\alpha,\Sigma)` and :math:`u_k(x) = b_k + M_k(x-\alpha)`,
 
     .. math::
-        \alpha_s = (1-s)\alpha_0 + s\alpha_1,\qquad
-        \Sigma_s = \big((1-s)I + sT\big)\Sigma_0\big((1-s)I + sT\big)
+        g_\mu(u_1, u_2) = \int \rho(x)\,\langle u_1(x), P^{-1}u_2(x)\rangle\,\mathrm d\mu(x),
 
-    with :math:`T` of :func:`bures_wasserstein_map`; :math:`s\in[0,1]`.
+    with :math:`\rho = 1` (``A`` None: the constant-mobility metric :math:`d_P`) or
+    :math:`\rho = Z_\mu` (``A`` given: softmax's metric, chapter "Gradient flows",
+    {eq}`eq-gf-softmax-metric`). Closed form (derived in the chapter): :math:`Z_\mu(x) =
+    e^{\alpha^\top Ax + \frac12 x^\top A^\top\Sigma Ax}`, so :math:`Z_\mu\mu = c\,\mathcal N(m, S)`
+    with :math:`S^{-1} = \Sigma^{-1} - A^\top\Sigma A`, :math:`m = S(\Sigma^{-1} + A^\top)\alpha`,
+    :math:`c = 2E(\mu)` (:func:`interaction_energy_gaussian`), and
 
-    Parameters
-    ----------
-    g0, g1 : Gaussian
-        ``g0`` with positive definite covariance.
-    s : array_like, shape (k,)
-        Interpolation times.
-
-    Returns
-    -------
-    means : ndarray, shape (k, d)
-    covs : ndarray, shape (k, d, d)
-    """
-    _check_gaussian(g0, "g0")
-    _check_gaussian(g1, "g1")
-    if g0.d != g1.d:
-        raise ValueError(f"g1 must have the dimension of g0 ({g0.d}), got {g1.d}")
-    s = as_float_array("s", s, ndim=1)
-    T = bures_wasserstein_map(g0.cov, g1.cov)
-    eye = np.eye(g0.d)
-    L = (1.0 - s)[:, None, None] * eye + s[:, None, None] * T
-    covs = L @ g0.cov @ L
-    means = (1.0 - s)[:, None] * g0.mean + s[:, None] * g1.mean
-    return means, 0.5 * (covs + np.swapaxes(covs, 1, 2))
-
-
-def energy_along_geodesic(energy, g0, g1, s):
-    r"""Energy :math:`\mathcal E(\mathcal N(\alpha_s,\Sigma_s))` along :func:`bures_wasserstein_geodesic`.
+    .. math::
+        g_\mu(u_1, u_2) = c\,\big[u_1(m)^\top P^{-1}u_2(m)
+            + \operatorname{tr}(M_1^\top P^{-1}M_2 S)\big].
 
     Parameters
     ----------
-    energy : callable
-        ``energy(mean (d,), cov (d, d)) -> float``, e.g.
-        ``lambda m, S: interaction_energy_gaussian(S, A, mean=m)``.
-    g0, g1 : Gaussian
-    s : array_like, shape (k,)
-
-    Returns
-    -------
-    ndarray, shape (k,)
-    """
-    if not callable(energy):
-        raise TypeError(f"energy must be a callable (mean, cov) -> float, got "
-                        f"{type(energy).__name__}")
-    means, covs = bures_wasserstein_geodesic(g0, g1, s)
-    return np.array([float(energy(m, S)) for m, S in zip(means, covs)])
-
-
-def second_differences(values, s):
-    r"""Second differences :math:`(v_{k+1}-2v_k+v_{k-1})/\Delta s^2` on a uniform grid, shape (k-2,).
-
-    A negative value well beyond round-off (about :math:`10^{-16}\max|v|/\Delta s^2`) witnesses
-    non-convexity along the curve. ``s`` must be uniformly spaced (checked to 1e-9 relative).
-    """
-    v = as_float_array("values", values, ndim=1)
-    s = as_float_array("s", s, shape=(v.size,))
-    if v.size < 3:
-        raise ValueError(f"values must have at least 3 entries, got {v.size}")
-    ds = np.diff(s)
-    if np.any(ds <= 0) or np.abs(ds - ds[0]).max() > 1e-9 * ds[0]:
-        raise ValueError("s must be uniformly spaced and increasing")
-    return np.diff(v, 2) / ds[0] ** 2
-
-
-# --------------------------------------------------------------------------------------------
-# gradient-flow witness: symmetry of the velocity Jacobian
-# --------------------------------------------------------------------------------------------
-
-def velocity_jacobian(att, mu, step=1e-4, t=0.0):
-    r"""Jacobian :math:`J_{(i,a),(j,b)} = \partial\Gamma_a(x_i)/\partial x_{j,b}`, shape (n d, n d).
-
-    Central finite differences: :math:`J e_k \approx (\Gamma(X + h e_k) - \Gamma(X - h e_k))/2h`,
-    error :math:`O(h^2)` plus round-off :math:`O(\epsilon_{\rm mach}/h)` (plus the solver
-    tolerance divided by :math:`h` for Sinkhorn). Each of the :math:`2nd` perturbed
-    configurations is one vectorised call of ``att.velocity``; the loop runs over perturbation
-    directions, which a finite-difference Jacobian of a black-box field cannot avoid. Meant for
-    small n (tens of tokens). Rows and columns are ordered as ``points.ravel()``.
-
-    Parameters
-    ----------
-    att : attention
-        Anything with ``velocity(mu, t)`` returning (n, d).
-    mu : Empirical
-        The configuration (points (n, d), weights kept fixed).
-    step : float, default 1e-4
-    t : float
-
-    Returns
-    -------
-    ndarray, shape (n d, n d)
-    """
-    _check_measure(mu)
-    step = as_positive("step", step)
-    X = mu.points
-    nd = X.size
-    J = np.empty((nd, nd))
-    for k in range(nd):
-        e = np.zeros(nd)
-        e[k] = step
-        e = e.reshape(X.shape)
-        up = att.velocity(mu.with_points(X + e), t)
-        down = att.velocity(mu.with_points(X - e), t)
-        J[:, k] = (up - down).ravel() / (2.0 * step)
-    return J
-
-
-def symmetry_defect(J, weights, mobility_matrix=None):
-    r"""Relative asymmetry :math:`\|S-S^\top\|_F/\|S\|_F`, :math:`S = (\mathrm{diag}(w)\otimes P^{-1})J`.
-
-    If the particles follow a gradient flow :math:`\dot x_i = -w_i^{-1}P\nabla_{x_i}\Phi(X)` (the
-    particle form of :math:`\Gamma = -P\nabla\frac{\delta\mathcal E}{\delta\mu}` with
-    :math:`\Phi(X) = \mathcal E(\sum_i w_i\delta_{x_i})`), then :math:`S = -\nabla^2\Phi` is
-    symmetric. A defect well above the finite-difference error proves that no such
-    :math:`\Phi` exists near this configuration (chapter "Gradient flows").
-
-    Parameters
-    ----------
-    J : array_like, shape (n d, n d)
-        From :func:`velocity_jacobian`.
-    weights : array_like, shape (n,)
-    mobility_matrix : array_like, shape (d, d), optional
-        :math:`P` (default identity: plain :math:`W_2`).
+    g : Gaussian
+        Mean (d,), positive definite covariance (d, d).
+    u1, u2 : tuple (b, M)
+        Offsets (d,) and slopes (d, d) of the two fields.
+    P : array_like, shape (d, d), optional
+        Symmetric positive definite mobility (default identity).
+    A : array_like, shape (d, d), optional
+        Score matrix of the weight :math:`Z_\mu`; requires
+        :math:`\|\Sigma^{1/2}A\Sigma^{1/2}\|_2 < 1` (else the weighted integral diverges).
 
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        Wrong shapes; ``P`` not SPD; the weighted integral diverges.
     """
-    w = as_float_array("weights", weights, ndim=1)
-    n = w.size
-    J = as_float_array("J", J, ndim=2)
-    if J.shape[0] != J.shape[1] or J.shape[0] % n:
-        raise ValueError(f"J must be square of size n*d with n={n}, got {J.shape}")
-    d = J.shape[0] // n
-    Pinv = np.eye(d) if mobility_matrix is None else np.linalg.inv(
-        as_square("mobility_matrix", mobility_matrix, d))
-    S = np.kron(np.diag(w), Pinv) @ J
-    norm = np.linalg.norm(S)
-    if norm == 0:
-        return 0.0
-    return float(np.linalg.norm(S - S.T) / norm)
+    if not isinstance(g, Gaussian):
+        raise TypeError(f"g must be a Gaussian, got {type(g).__name__}")
+    d = g.d
+    (b1, M1), (b2, M2) = [(as_float_array(f"u{k}[0]", u[0], shape=(d,)),
+                           as_square(f"u{k}[1]", u[1], d)) for k, u in ((1, u1), (2, u2))]
+    Pinv = np.eye(d) if P is None else np.linalg.inv(as_covariance("P", P, d))
+    if P is not None and np.linalg.eigvalsh(Pinv)[0] <= 0:
+        raise ValueError("P must be symmetric positive definite")
+    alpha, Sigma = g.mean, g.cov
+    if A is None:
+        c, m, S = 1.0, alpha, Sigma
+    else:
+        A = as_square("A", A, d)
+        prec = np.linalg.inv(Sigma) - A.T @ Sigma @ A
+        if np.linalg.eigvalsh(0.5 * (prec + prec.T))[0] <= 0:
+            raise ValueError("the weight Z_mu is not integrable: ||Sigma^1/2 A Sigma^1/2||_2 >= 1")
+        S = np.linalg.inv(prec)
+        m = S @ (np.linalg.solve(Sigma, alpha) + A.T @ alpha)
+        c = 2.0 * interaction_energy_gaussian(Sigma, A, mean=alpha)
+    v1, v2 = b1 + M1 @ (m - alpha), b2 + M2 @ (m - alpha)
+    return float(c * (v1 @ Pinv @ v2 + np.trace(M1.T @ Pinv @ M2 @ S)))

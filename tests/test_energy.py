@@ -107,7 +107,7 @@ def test_gaussian_sinkhorn_energy_matches_quantised_gaussian_in_2d():
 
 
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
-def test_gaussian_sinkhorn_energy_equals_log_det_formula_of_the_notes(A):
+def test_gaussian_sinkhorn_energy_equals_its_log_det_form(A):
     # the log-det form of the chapter "Gradient flows" (eps = 1), with G from gaussian_odes;
     # general eps by the scaling OT_eps(A) = eps OT_1(A / eps); also the mean term -a^T A a / 2
     eps, alpha = 0.6, np.array([0.5, -1.0])

@@ -291,10 +291,25 @@ def _twisted_setup():
 
 def test_mobility_of_unnormalised_attention_is_minus_V_A_inverse():
     A, V, P = _twisted_setup()
-    assert np.allclose(en.mobility(A, V, "unnormalised"), P, atol=1e-12)
-    assert np.allclose(en.mobility(A, V, "sinkhorn"), -P, atol=1e-12)
+    assert np.allclose(en.mobility(Unnormalised(A, V)), P, atol=1e-12)
+    assert np.allclose(en.mobility(Softmax(A, V)), P, atol=1e-12)
+    assert np.allclose(en.mobility(Sinkhorn(A, V)), -P, atol=1e-12)
     with pytest.raises(ValueError, match="symmetric"):
-        en.mobility(A_GEN, I2, "sinkhorn")
+        en.mobility(Sinkhorn(A_GEN, I2))
+    with pytest.raises(NotImplementedError):
+        en.mobility(Linear(A, V))
+
+
+def test_legacy_three_argument_mobility_still_works_with_a_deprecation_warning():
+    A, V, P = _twisted_setup()
+    with pytest.warns(DeprecationWarning, match="mobility"):
+        assert np.allclose(en.mobility(A, V, "unnormalised"), P, atol=1e-12)
+    with pytest.warns(DeprecationWarning):
+        assert np.allclose(en.mobility(A, V, "sinkhorn"), -P, atol=1e-12)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="variant"):
+        en.mobility(A, V, "sigmoid")
+    with pytest.raises(TypeError, match="att must be"):
+        en.mobility(A)
 
 
 @pytest.mark.parametrize("variant", ["unnormalised", "softmax"])

@@ -28,11 +28,14 @@ Conventions: score :math:`\langle Ax,y\rangle = y^\top Ax`, :math:`\Sigma` a cov
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import ot
 from scipy.special import logsumexp
 
 from ._checks import as_float_array, as_positive, as_square
+from .attention import Attention, Sinkhorn, Softmax, Unnormalised
 from .energy_gaussian import (
     bures_wasserstein_gradient_flow_rhs,
     gaussian_metric,
@@ -228,21 +231,29 @@ def interaction_energy(mu, A, log=False):
 # mobility, dissipation, the metrics
 # --------------------------------------------------------------------------------------------
 
-def mobility(A, V, variant):
-    r"""Constant mobility :math:`P` with :math:`\Gamma = -P\nabla\frac{\delta\mathcal E}{\delta\mu}`.
+_LEGACY_VARIANTS = {"unnormalised": Unnormalised, "softmax": Softmax, "sinkhorn": Sinkhorn}
 
-    - ``"unnormalised"`` (energy :math:`E`, :func:`interaction_energy`): :math:`P = -VA^{-1}`;
-      ``"softmax"`` uses the same :math:`P`, with the extra factor :math:`1/Z_\mu(x)`.
-    - ``"sinkhorn"`` (energy :math:`F`, :func:`sinkhorn_energy`): :math:`P = VA^{-1}`
-      (:math:`\Gamma = V\mathbb E_\pi[y|x] = -VA^{-1}\nabla\frac{\delta F}{\delta\mu}`).
 
-    Derived in the chapter "Gradient flows" ({eq}`eq-gf-twisted-metric`).
+def mobility(att, t=0.0, variant=None):
+    r"""Mobility :math:`P` of :math:`\Gamma = -P\nabla\frac{\delta\mathcal E}{\delta\mu}`: ``att.mobility(t)``
+
+    - unnormalised attention (energy :math:`E`, :func:`interaction_energy`): :math:`P = -VA^{-1}`;
+      softmax has the same :math:`P`, with the extra factor :math:`1/Z_\mu(x)` (its metric is
+      weighted by :math:`Z_\mu`, :func:`gaussian_metric`);
+    - Sinkhorn attention (energy :math:`F`, :func:`sinkhorn_energy`): :math:`P = VA^{-1}`.
+
+    Derived in the chapter "Gradient flows" ({eq}`eq-gf-unnormalised-mobility`). Each variant
+    holds its own mobility (:meth:`tpde_lib.Attention.mobility`); this function calls it.
 
     Parameters
     ----------
-    A, V : array_like, shape (d, d)
-        ``A`` symmetric and invertible.
-    variant : {"unnormalised", "softmax", "sinkhorn"}
+    att : Attention
+        A variant with a mobility (``Softmax``, ``Unnormalised``, ``Sinkhorn``).
+    t : float, default 0
+        Time at which time-dependent parameters are evaluated.
+    variant : str, optional
+        Deprecated form ``mobility(A, V, variant)`` with ``variant`` in
+        ``{"unnormalised", "softmax", "sinkhorn"}``: emits a ``DeprecationWarning``.
 
     Returns
     -------
@@ -254,24 +265,22 @@ def mobility(A, V, variant):
     ValueError
         ``A`` not symmetric or singular; ``P`` not symmetric (no gradient structure of this
         form); unknown ``variant``.
+    NotImplementedError
+        The variant has no mobility.
     """
-    A = as_square("A", A)
-    V = as_square("V", V, A.shape[0])
-    scale = max(np.abs(A).max(), np.finfo(float).tiny)
-    if np.abs(A - A.T).max() > 1e-12 * scale:
-        raise ValueError("A must be symmetric for the gradient-flow structure (energy first "
-                         "variation uses a symmetric kernel)")
-    if np.linalg.cond(A) > 1e12:
-        raise ValueError("A must be invertible to define the mobility V A^{-1}")
-    sign = {"unnormalised": -1.0, "softmax": -1.0, "sinkhorn": 1.0}
-    if variant not in sign:
-        raise ValueError(f"variant must be one of {sorted(sign)}, got {variant!r}")
-    P = sign[variant] * np.linalg.solve(A.T, V.T).T        # V A^{-1}
-    pscale = max(np.abs(P).max(), np.finfo(float).tiny)
-    if np.abs(P - P.T).max() > 1e-9 * pscale:
-        raise ValueError("the mobility V A^{-1} is not symmetric: choose V = P A (or -P A) "
-                         "with P symmetric")
-    return 0.5 * (P + P.T)
+    if isinstance(att, Attention):
+        if variant is not None:
+            raise TypeError("variant must not be given with an attention: call mobility(att, t)")
+        return att.mobility(t)
+    if variant is None:
+        raise TypeError(f"att must be an Attention (e.g. tp.Softmax(A, V)), got {type(att).__name__}")
+    warnings.warn("mobility(A, V, variant) is deprecated: use mobility(att, t) or att.mobility(t), "
+                  "e.g. tp.Softmax(A, V).mobility()", DeprecationWarning, stacklevel=2)
+    if variant not in _LEGACY_VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(_LEGACY_VARIANTS)}, got {variant!r}")
+    A = as_square("A", att)
+    V = as_square("V", t, A.shape[0])
+    return _LEGACY_VARIANTS[variant](A, V).mobility()
 
 
 def dissipation(mu, velocity, mobility_matrix=None, factor=None):

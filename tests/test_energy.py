@@ -549,7 +549,7 @@ def test_gaussian_metric_matches_gauss_hermite_quadrature(weighted):
     # (and Z itself) by a 40 x 40 product rule: polynomial times e^{quadratic} with
     # ||S^1/2 A S^1/2|| = 0.3, converged to round-off
     g = Gaussian([0.3, -0.2], [[0.4, 0.1], [0.1, 0.3]])
-    A = np.array([[-0.6, 0.2], [0.2, -0.5]])
+    A = np.array([[-0.6, 0.35], [0.05, -0.5]])         # not symmetric: A and A^T differ
     P = np.array([[1.5, -0.5], [-0.5, 0.8]])
     rng = np.random.default_rng(12)
     u1 = (rng.standard_normal(2), rng.standard_normal((2, 2)))
@@ -613,3 +613,15 @@ def test_geodesic_convexity_search_counts_a_concave_and_a_convex_energy():
     assert res.n_geodesics == 1 and res.n_nonconvex == {"+": 0, "-": 1}
     with pytest.raises(TypeError, match="energies"):
         en.search_geodesic_convexity([], pairs)
+
+
+def test_dissipation_is_the_weighted_sum_written_out():
+    # sum_i w_i rho_i <Gamma_i, P^-1 Gamma_i> with non-uniform weights, as a naive loop
+    rng = np.random.default_rng(16)
+    w = rng.uniform(0.2, 2.0, 7)
+    mu = Empirical(rng.standard_normal((7, 2)), w / w.sum())
+    G, rho = rng.standard_normal((7, 2)), rng.uniform(0.5, 2.0, 7)
+    P = np.array([[1.5, -0.5], [-0.5, 0.8]])
+    Pinv = np.linalg.inv(P)
+    expected = sum(mu.weights[i] * rho[i] * G[i] @ Pinv @ G[i] for i in range(7))
+    assert en.dissipation(mu, G, P, rho) == pytest.approx(expected, rel=1e-13)

@@ -1,4 +1,4 @@
-"""Tests of tpde_lib.energy: energies, gradient-flow identities, the twisted metric (paper notes §8).
+"""Tests of tpde_lib.energy: energies, gradient-flow identities, the twisted and softmax metrics.
 
 Each identity is checked against an independent computation: the attention class's own Sinkhorn
 solver (the energy uses POT), finite differences, Monte Carlo, Gauss-Hermite quadrature, POT's
@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.polynomial.hermite_e import hermegauss
+from scipy.linalg import sqrtm
 
 from tpde_lib import energy as en
-from tpde_lib import gaussian_odes
+from tpde_lib import gaussian_odes, transport
 from tpde_lib.attention import Linear, Sinkhorn, Softmax, Unnormalised
 from tpde_lib.measures import Empirical, Gaussian
 from tpde_lib.transport import bures_wasserstein, wasserstein
@@ -106,8 +107,8 @@ def test_gaussian_sinkhorn_energy_matches_quantised_gaussian_in_2d():
 
 
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
-def test_gaussian_sinkhorn_energy_equals_log_det_formula_of_the_notes(A):
-    # paper notes §8.2 (eps = 1), with G from gaussian_odes (the notes' §5.5 formula via G Sigma);
+def test_gaussian_sinkhorn_energy_equals_its_log_det_form(A):
+    # the log-det form of the chapter "Gradient flows" (eps = 1), with G from gaussian_odes;
     # general eps by the scaling OT_eps(A) = eps OT_1(A / eps); also the mean term -a^T A a / 2
     eps, alpha = 0.6, np.array([0.5, -1.0])
     G = gaussian_odes.sinkhorn_gain(A / eps, COV) @ np.linalg.inv(COV)
@@ -117,12 +118,18 @@ def test_gaussian_sinkhorn_energy_equals_log_det_formula_of_the_notes(A):
                                                                                  abs=1e-12)
 
 
+def _gain(cov, A, eps):
+    """G from the one Gaussian Sinkhorn gain (gaussian_odes.sinkhorn_gain returns G Sigma)."""
+    return gaussian_odes.sinkhorn_gain(A / eps, cov) @ np.linalg.inv(cov)
+
+
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
-def test_sinkhorn_gain_solves_the_fixed_point_equation(A):
+def test_deprecated_energy_gain_is_the_gaussian_odes_gain_and_solves_the_fixed_point(A):
     eps = 0.8
-    G = en.sinkhorn_gain_gaussian(COV, A, eps)
+    with pytest.warns(DeprecationWarning, match="gaussian_odes.sinkhorn_gain"):
+        G = en.sinkhorn_gain_gaussian(COV, A, eps)
     assert np.allclose(G, (COV - G @ COV @ G.T) @ A / eps, atol=1e-12)
-    assert np.allclose(G @ COV, gaussian_odes.sinkhorn_gain(A / eps, COV), atol=1e-12)
+    assert np.allclose(G, _gain(COV, A, eps), atol=1e-12)
 
 
 @pytest.mark.parametrize("A, eps", [(A_SYM, 1.0), (A_GEN, 0.6), (-2 * I2, 1.5)])
@@ -169,14 +176,15 @@ def test_gaussian_energy_gradient_matches_finite_differences_for_random_inputs(s
 
 
 def test_gaussian_energy_gradient_is_minus_half_A_G_for_symmetric_A():
-    G = en.sinkhorn_gain_gaussian(COV, A_SYM, 0.9)
+    G = _gain(COV, A_SYM, 0.9)
     assert np.allclose(en.sinkhorn_energy_gradient_gaussian(COV, A_SYM, 0.9), -0.5 * A_SYM @ G,
                        atol=1e-13)
 
 
 @pytest.mark.parametrize("eps", [1.0, 0.4])
 def test_sinkhorn_covariance_ode_is_the_bures_wasserstein_gradient_flow(eps):
-    # paper notes §9 item 14: with V = A = A^T the ODE of gaussian_odes equals -2(grad F S + S grad F)
+    # chapter "Gradient flows": with V = A = A^T the ODE of gaussian_odes equals
+    # -2(grad F S + S grad F)
     _, dcov = gaussian_odes.sinkhorn_rhs(A_SYM, A_SYM, eps, np.zeros(2), COV)
     assert np.allclose(dcov, en.bures_wasserstein_gradient_flow_rhs(COV, A_SYM, eps), atol=1e-12)
 
@@ -219,7 +227,7 @@ def test_gaussian_sinkhorn_energy_dissipates_at_the_rate_minus_mean_squared_velo
     field, energy = _gaussian_sinkhorn_flow(A_SYM, eps)
     state = np.concatenate([alpha, COV.ravel()])
     rate = (energy(_rk4(field, state, h)) - energy(_rk4(field, state, -h))) / (2 * h)
-    M = A_SYM @ en.sinkhorn_gain_gaussian(COV, A_SYM, eps)
+    M = A_SYM @ _gain(COV, A_SYM, eps)
     expected = -(np.sum((A_SYM @ alpha) ** 2) + np.trace(M @ COV @ M.T))
     assert rate == pytest.approx(expected, rel=1e-7)
 
@@ -283,10 +291,25 @@ def _twisted_setup():
 
 def test_mobility_of_unnormalised_attention_is_minus_V_A_inverse():
     A, V, P = _twisted_setup()
-    assert np.allclose(en.mobility(A, V, "unnormalised"), P, atol=1e-12)
-    assert np.allclose(en.mobility(A, V, "sinkhorn"), -P, atol=1e-12)
+    assert np.allclose(en.mobility(Unnormalised(A, V)), P, atol=1e-12)
+    assert np.allclose(en.mobility(Softmax(A, V)), P, atol=1e-12)
+    assert np.allclose(en.mobility(Sinkhorn(A, V)), -P, atol=1e-12)
     with pytest.raises(ValueError, match="symmetric"):
-        en.mobility(A_GEN, I2, "sinkhorn")
+        en.mobility(Sinkhorn(A_GEN, I2))
+    with pytest.raises(NotImplementedError):
+        en.mobility(Linear(A, V))
+
+
+def test_legacy_three_argument_mobility_still_works_with_a_deprecation_warning():
+    A, V, P = _twisted_setup()
+    with pytest.warns(DeprecationWarning, match="mobility"):
+        assert np.allclose(en.mobility(A, V, "unnormalised"), P, atol=1e-12)
+    with pytest.warns(DeprecationWarning):
+        assert np.allclose(en.mobility(A, V, "sinkhorn"), -P, atol=1e-12)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="variant"):
+        en.mobility(A, V, "sigmoid")
+    with pytest.raises(TypeError, match="att must be"):
+        en.mobility(A)
 
 
 @pytest.mark.parametrize("variant", ["unnormalised", "softmax"])
@@ -320,7 +343,7 @@ def test_sinkhorn_gaussian_flow_with_mobility_dissipates_in_the_twisted_bw_metri
     state = np.concatenate([alpha, COV.ravel()])
     up, down = _rk4(field, state, h), _rk4(field, state, -h)
     rate = (energy(up) - energy(down)) / (2 * h)
-    b, M = V @ alpha, V @ en.sinkhorn_gain_gaussian(COV, A_SYM, eps)
+    b, M = V @ alpha, V @ _gain(COV, A_SYM, eps)
     Pinv = np.linalg.inv(P)
     diss = b @ Pinv @ b + np.trace(Pinv @ M @ COV @ M.T)
     assert rate == pytest.approx(-diss, rel=1e-7)
@@ -465,3 +488,140 @@ def test_bad_arguments_raise_named_errors():
         en.interaction_energy(np.zeros((3, 2)), A_SYM)
     with pytest.raises(ValueError, match="cov0"):
         en.bures_wasserstein_map(np.zeros((2, 2)), COV)
+
+
+# ---------------------------------------------------------------------------------------------
+# moved names, twisted geodesics, the softmax metric, finite-difference witnesses
+# ---------------------------------------------------------------------------------------------
+
+def test_moved_names_still_import_from_energy_and_are_the_transport_functions():
+    for name in ("bures_wasserstein_map", "bures_wasserstein_geodesic", "twisted_wasserstein",
+                 "twisted_bures_wasserstein"):
+        assert getattr(en, name) is getattr(transport, name)
+
+
+def test_twisted_geodesic_is_the_p_half_image_of_the_bw_geodesic_of_the_images():
+    # independent construction with scipy's sqrtm: P^(1/2) geodesic(P^(-1/2) g0, P^(-1/2) g1)
+    P = np.array([[2.0, 0.3], [0.3, 0.5]])
+    R = np.real(sqrtm(P))
+    Ri = np.linalg.inv(R)
+    g0, g1 = Gaussian([0.1, 0.4], COV), Gaussian([-1.0, 0.2], [[0.9, -0.2], [-0.2, 0.3]])
+    s = np.linspace(0, 1, 7)
+    means, covs = transport.twisted_bures_wasserstein_geodesic(g0, g1, P, s)
+    m_ref, c_ref = transport.bures_wasserstein_geodesic(
+        Gaussian(Ri @ g0.mean, Ri @ g0.cov @ Ri), Gaussian(Ri @ g1.mean, Ri @ g1.cov @ Ri), s)
+    assert np.allclose(means, m_ref @ R.T, atol=1e-12)
+    assert np.allclose(covs, R @ c_ref @ R.T, atol=1e-12)
+    assert np.allclose(covs[-1], g1.cov, atol=1e-12)
+
+
+def test_twisted_geodesic_has_constant_d_p_speed_and_a_plain_bw_geodesic_does_not():
+    # d_P(g_s, g_t) = |t - s| d_P(g_0, g_1) along a d_P geodesic (round-off ~1e-13 relative);
+    # the plain BW geodesic between the same end points is measurably longer in d_P
+    P = np.array([[1.5, -0.5], [-0.5, 0.8]])
+    g0, g1 = Gaussian([0.0, 0.0], COV), Gaussian([0.8, -0.3], [[0.1, -0.05], [-0.05, 0.6]])
+    s = np.linspace(0, 1, 21)
+    total = transport.twisted_bures_wasserstein(g0, g1, P)
+
+    def segments(geo):
+        gs = [Gaussian(m, S) for m, S in zip(*geo)]
+        return np.array([transport.twisted_bures_wasserstein(a, b, P) for a, b in zip(gs, gs[1:])])
+
+    seg = segments(transport.twisted_bures_wasserstein_geodesic(g0, g1, P, s))
+    assert np.allclose(seg, total / 20, rtol=1e-10)
+    assert segments(transport.bures_wasserstein_geodesic(g0, g1, s)).sum() > total * (1 + 1e-4)
+    with pytest.raises(ValueError, match="P must be"):
+        transport.twisted_bures_wasserstein_geodesic(g0, g1, -P, s)
+
+
+def _gauss_hermite_2d(g, n=40):
+    """Nodes (m, 2) and weights (m,) of a product Gauss-Hermite rule for the Gaussian g."""
+    x, w = hermegauss(n)
+    w = w / w.sum()
+    X = np.stack(np.meshgrid(x, x), -1).reshape(-1, 2)
+    W = np.outer(w, w).ravel()
+    return g.mean + X @ np.linalg.cholesky(g.cov).T, W
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gaussian_metric_matches_gauss_hermite_quadrature(weighted):
+    # int rho <u1, P^-1 u2> dN with rho = 1 or Z_mu(x) = int e^{<Ax, y>} dN(y), both integrals
+    # (and Z itself) by a 40 x 40 product rule: polynomial times e^{quadratic} with
+    # ||S^1/2 A S^1/2|| = 0.3, converged to round-off
+    g = Gaussian([0.3, -0.2], [[0.4, 0.1], [0.1, 0.3]])
+    A = np.array([[-0.6, 0.35], [0.05, -0.5]])         # not symmetric: A and A^T differ
+    P = np.array([[1.5, -0.5], [-0.5, 0.8]])
+    rng = np.random.default_rng(12)
+    u1 = (rng.standard_normal(2), rng.standard_normal((2, 2)))
+    u2 = (rng.standard_normal(2), rng.standard_normal((2, 2)))
+    X, W = _gauss_hermite_2d(g)
+    Z = np.exp(X @ A.T @ X.T) @ W if weighted else np.ones(len(W))
+    f1 = u1[0] + (X - g.mean) @ u1[1].T
+    f2 = u2[0] + (X - g.mean) @ u2[1].T
+    expected = np.sum(W * Z * np.sum(f1 * np.linalg.solve(P, f2.T).T, axis=1))
+    got = en.gaussian_metric(g, u1, u2, P, A if weighted else None)
+    assert got == pytest.approx(expected, rel=1e-10)
+    with pytest.raises(ValueError, match="not integrable"):
+        en.gaussian_metric(Gaussian([0, 0], 3 * I2), u1, u2, P, A)
+
+
+def test_softmax_is_the_gradient_of_the_energy_for_the_z_weighted_metric():
+    # grad_X Phi = -diag(w Z) (x) P^-1 Gamma (eq-gf-softmax-gradient), FD error ~1e-10 relative;
+    # the unweighted metric is wrong by O(1)
+    B = np.array([[1.0, 0.4], [0.4, 0.7]])
+    P = np.array([[1.5, -0.5], [-0.5, 0.8]])
+    A, V = -B, P @ B
+    rng = np.random.default_rng(13)
+    w = rng.uniform(0.5, 1.5, 12)
+    mu = Empirical(0.6 * rng.standard_normal((12, 2)), w / w.sum())
+    grad = en.configuration_gradient(lambda m: en.interaction_energy(m, A), mu)
+    PinvG = np.linalg.solve(P, Softmax(A, V).velocity(mu).T).T
+    rho = mu.weights * en.partition_function(mu, A)
+    assert np.allclose(grad, -rho[:, None] * PinvG, atol=1e-8 * np.abs(grad).max())
+    assert not np.allclose(grad, -mu.weights[:, None] * PinvG, atol=1e-2 * np.abs(grad).max())
+
+
+def test_configuration_gradient_matches_the_analytic_gradient_of_a_quadratic():
+    # Phi(X) = sum_i w_i |x_i|^2 / 2 has gradient w_i x_i; central differences are exact up to
+    # round-off for a quadratic
+    rng = np.random.default_rng(14)
+    mu = Empirical(rng.standard_normal((5, 3)))
+    fun = lambda m: 0.5 * np.sum(m.weights * np.sum(m.points ** 2, axis=1))
+    assert np.allclose(en.configuration_gradient(fun, mu), mu.weights[:, None] * mu.points,
+                       atol=1e-9)
+
+
+def test_frobenius_gradient_of_log_det_is_the_inverse():
+    # d log det S = tr(S^-1 dS): FD error h^2 |f^(3)| ~ 1e-10
+    S = np.array([[0.9, 0.3, 0.0], [0.3, 0.5, 0.1], [0.0, 0.1, 0.7]])
+    grad = en.frobenius_gradient(lambda X: np.linalg.slogdet(X)[1], S)
+    assert np.allclose(grad, np.linalg.inv(S), atol=1e-8)
+
+
+def test_geodesic_convexity_search_counts_a_concave_and_a_convex_energy():
+    # exact case: W2(g0, g_s)^2 = s^2 W2^2 along a geodesic from g0 is convex (not counted),
+    # its negative concave (counted)
+    rng = np.random.default_rng(15)
+    pairs = []
+    for _ in range(5):
+        X, Y = rng.standard_normal((2, 2)), rng.standard_normal((2, 2))
+        pairs.append((Gaussian([0, 0], X @ X.T + 0.1 * I2), Gaussian([1, 0], Y @ Y.T + 0.1 * I2)))
+    g_ref = pairs[0][0]
+    res = en.search_geodesic_convexity(
+        {"+": lambda m, S: bures_wasserstein(g_ref, Gaussian(m, S)) ** 2,
+         "-": lambda m, S: -bures_wasserstein(g_ref, Gaussian(m, S)) ** 2}, pairs[:1])
+    assert res.n_geodesics == 1 and res.n_nonconvex == {"+": 0, "-": 1}
+    with pytest.raises(TypeError, match="energies"):
+        en.search_geodesic_convexity([], pairs)
+
+
+def test_dissipation_is_the_weighted_sum_written_out():
+    # sum_i w_i rho_i <Gamma_i, P^-1 Gamma_i> with non-uniform weights, as a naive loop
+    rng = np.random.default_rng(16)
+    w = rng.uniform(0.2, 2.0, 7)
+    mu = Empirical(rng.standard_normal((7, 2)), w / w.sum())
+    G, rho = rng.standard_normal((7, 2)), rng.uniform(0.5, 2.0, 7)
+    P = np.array([[1.5, -0.5], [-0.5, 0.8]])
+    Pinv = np.linalg.inv(P)
+    expected = sum(mu.weights[i] * rho[i] * G[i] @ Pinv @ G[i] for i in range(7))
+    assert en.dissipation(mu, G, P, rho) == pytest.approx(expected, rel=1e-13)

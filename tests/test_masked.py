@@ -184,7 +184,7 @@ def test_consistency_simulation_keeps_the_position_marginal():
 
 def test_sink_attention_share_matches_loop_and_untilted_closed_form():
     mu = with_sink(_tokens(40, 9), 0.1, n_sink=4)
-    share = sink_attention_share(RNG_A, mu, block=7)
+    share = sink_attention_share(RNG_A, mu)
     X, w, s = mu.points, mu.weights, mu.positions
     for i in range(40):
         e = {j: w[j] * np.exp(X[j] @ RNG_A @ X[i]) for j in range(40) if s[j] <= s[i]}

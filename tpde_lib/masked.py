@@ -11,7 +11,8 @@ distances, :func:`tpde_lib.transport.conditional_wasserstein`) or in the supremu
 average* of the fibre distances over :math:`[0, s]` (:func:`prefix_average_matrix`); its norm
 on :math:`L^p(m)` (:func:`hardy_constant`) decides which distance needs an atom of :math:`m`
 at :math:`s = 0`, the *attention sink* (chapter "Masked attention", equations
-``eq-masked-prefix`` to ``eq-masked-stability``).
+``eq-masked-prefix`` to ``eq-masked-stability``). Those bounds live in
+:mod:`tpde_lib.masked_bounds` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ import numpy as np
 import ot
 
 from ._checks import as_at_least, as_float_array, as_positive, as_square, as_times
+from .attention import kernel_sums
+from .masked_bounds import (
+    _check_sink_mass,
+    hardy_constant,
+    linear_sink_response,
+    lp_operator_norm,
+    masked_lipschitz_constant,
+    masked_stability_constant,
+    prefix_average_matrix,
+)
 from .measures import Empirical
 from .particles import simulate
 
@@ -34,15 +45,6 @@ __all__ = ["sink_positions", "with_sink", "sink_mass", "position_marginal", "shi
 
 #: two position marginals are equal when their masses agree to this absolute tolerance
 MARGINAL_TOL = 1e-9
-
-
-def _check_sink_mass(value, allow_zero=False):
-    m = as_at_least("sink_mass", value, 0.0) if allow_zero else as_positive("sink_mass", value)
-    if m >= 1.0:
-        raise ValueError(f"sink_mass must lie in {'[0' if allow_zero else '(0'}, 1) (the mass m({{0}}) "
-                         f"of the sink; 1 would put every token at s = 0, i.e. unmasked attention), "
-                         f"got {value!r}")
-    return m
 
 
 def sink_positions(n, sink_mass, n_sink=None):
@@ -183,7 +185,7 @@ def shift_prefix(mu, shift, s_max=0.0):
     return mu.with_points(X)
 
 
-def sink_attention_share(A, mu, block=2048):
+def sink_attention_share(A, mu):
     r"""The attention each token pays to the sink fibre, :math:`\pi_{x_i, s_i}(\{s' = 0\})`.
 
     For causal softmax attention with score matrix :math:`A` the token :math:`(x, s)` averages the
@@ -194,7 +196,8 @@ def sink_attention_share(A, mu, block=2048):
         \mathrm{share}_i = \frac{\sum_{j: s_j = 0} w_j e^{\langle Ax_i, x_j\rangle}}
                                {\sum_{j: s_j \le s_i} w_j e^{\langle Ax_i, x_j\rangle}} .
 
-    Without the tilt (:math:`A = 0`) it is :math:`m(\{0\}) / m([0, s_i])`, the first column of
+    Evaluated by the blocked engine :func:`tpde_lib.kernel_sums` (row maxima cancel in the
+    ratio). Without the tilt (:math:`A = 0`) it is :math:`m(\{0\}) / m([0, s_i])`, the first column of
     :func:`prefix_average_matrix`; the sink tokens themselves have share 1.
 
     Parameters
@@ -204,8 +207,6 @@ def sink_attention_share(A, mu, block=2048):
         pass ``att.A(t)``).
     mu : Empirical
         Points (n, d), weights (n,), positions (n,) with an atom at 0.
-    block : int
-        Query rows per block (memory O(block * n)).
 
     Returns
     -------
@@ -214,22 +215,15 @@ def sink_attention_share(A, mu, block=2048):
     """
     s = _positions_of(mu)
     A = as_square("A", A, mu.d)
-    if not isinstance(block, (int, np.integer)) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
-    if not np.any((s == 0) & (mu.weights > 0)):
+    w = mu.weights
+    if not np.any((s == 0) & (w > 0)):
         raise ValueError("mu must have a sink: tokens of positive weight at position 0")
-    X, logw = mu.points, np.log(np.where(mu.weights > 0, mu.weights, 1.0))
-    logw[mu.weights == 0] = -np.inf
-    queries = X @ A.T                       # rows A x_i: scores <A x_i, x_j> = x_j^T A x_i
-    share = np.empty(mu.n)
-    for start in range(0, mu.n, block):       # row blocks of queries, vectorised inside
-        sl = slice(start, min(mu.n, start + block))
-        L = queries[sl] @ X.T + logw[None, :]
-        L[s[None, :] > s[sl, None]] = -np.inf
-        L -= L.max(axis=1, keepdims=True)
-        E = np.exp(L)
-        share[sl] = E[:, s == 0].sum(axis=1) / E.sum(axis=1)
-    return share
+    keep = w > 0                                   # keys of positive mass
+    keys, w_k, s_k = mu.points[keep], w[keep], s[keep]
+    # scores <A x_i, x_j> = x_j^T A x_i; numerator (sink keys) and denominator in one pass
+    values = np.column_stack([w_k * (s_k == 0), w_k])
+    sums = kernel_sums(mu.points @ A.T, keys, values, "softmax", q_pos=s, k_pos=s_k)
+    return sums[:, 0] / sums[:, 1]
 
 
 # ---- distances fibre by fibre ------------------------------------------------------------------
@@ -298,206 +292,6 @@ def sup_fibre_distance(mu, nu, p=2):
     """
     _, masses, dist = fibre_distances(mu, nu, p)
     return float(dist[masses > 0].max())
-
-
-# ---- the prefix average and its norms ------------------------------------------------------
-
-def prefix_average_matrix(weights, positions=None):
-    r"""The prefix average :math:`H_m`, the causal attention of zero scores, as a matrix.
-
-    .. math::
-        (H_m u)_i = \frac{1}{m([0, s_i])}\sum_{j:\, s_j \le s_i} w_j u_j ,
-        \qquad m([0, s_i]) = \sum_{j:\, s_j \le s_i} w_j .
-
-    With :math:`A = 0` the causal softmax field is exactly :math:`\Gamma = V (H_m X)` row by row,
-    and a perturbation :math:`u` of the fibres reaches the token at :math:`s` as
-    :math:`(H_m u)(s)` (chapter "Masked attention", equation ``eq-masked-prefix``).
-
-    Parameters
-    ----------
-    weights : array_like, shape (n,)
-        Non-negative masses, positive total, with a positive mass at the smallest position.
-    positions : array_like, shape (n,), optional
-        Default: distinct and increasing in the given order (``H`` lower triangular).
-
-    Returns
-    -------
-    ndarray, shape (n, n)
-        Row-stochastic: every row sums to 1.
-    """
-    w = as_float_array("weights", weights, ndim=1)
-    if np.any(w < 0):
-        raise ValueError("weights must be non-negative")
-    s = np.arange(w.size, dtype=float) if positions is None else \
-        as_float_array("positions", positions, shape=(w.size,))
-    seen = s[None, :] <= s[:, None]                      # (i, j): key j visible from query i
-    prefix = seen @ w
-    if np.any(prefix <= 0):
-        raise ValueError("weights must give every token a positive prefix mass m([0, s_i]) "
-                         "(a positive weight at the smallest position)")
-    return seen * w[None, :] / prefix[:, None]
-
-
-def lp_operator_norm(E, masses, p):
-    r"""Operator norm of the matrix ``E`` on :math:`\ell^p(m)`, :math:`\|u\|_p^p = \sum_i m_i|u_i|^p`.
-
-    Computed from the matrix: :math:`p = 1`, the largest weighted column sum
-    :math:`\max_j m_j^{-1}\sum_i m_i|E_{ij}|`; :math:`p = \infty`, the largest row sum
-    :math:`\max_i \sum_j |E_{ij}|`; :math:`p = 2`, the largest singular value of
-    :math:`D^{1/2} E D^{-1/2}`, :math:`D = \mathrm{diag}(m)`.
-
-    Parameters
-    ----------
-    E : array_like, shape (K, K)
-    masses : array_like, shape (K,)
-        Positive.
-    p : {1, 2, inf}
-
-    Returns
-    -------
-    float
-    """
-    E = as_square("E", E)
-    m = as_float_array("masses", masses, shape=(E.shape[0],))
-    if np.any(m <= 0):
-        raise ValueError("masses must be positive")
-    if p == 1:
-        return float(np.max((m @ np.abs(E)) / m))
-    if p == np.inf:
-        return float(np.max(np.abs(E).sum(axis=1)))
-    if p == 2:
-        r = np.sqrt(m)
-        return float(np.linalg.norm(r[:, None] * E / r[None, :], 2))
-    raise ValueError(f"p must be 1, 2 or inf, got {p!r}")
-
-
-def hardy_constant(masses, p):
-    r"""The bound :math:`\kappa_p(m)` on the norm of the prefix average :math:`H_m` on
-    :math:`\ell^p(m)`, for fibre masses listed in increasing position.
-
-    .. math::
-        \kappa_1(m) = \sum_i \frac{m_i}{m([0, s_i])} \le 1 + \ln\frac{1}{m_1}, \qquad
-        \kappa_p = \frac{p}{p - 1}\ (1 < p < \infty), \qquad \kappa_\infty = 1 .
-
-    :math:`\kappa_1` is the norm itself; :math:`p/(p-1)` is Hardy's constant, which holds for
-    every marginal, with or without an atom (the chapter "Masked attention" proves both, equations
-    ``eq-masked-kappa1`` and ``eq-masked-hardy``). Only :math:`\kappa_1` depends on :math:`m`, and
-    it grows without bound as the first mass :math:`m_1` goes to 0.
-
-    Parameters
-    ----------
-    masses : array_like, shape (K,)
-        Positive fibre masses, in increasing order of position.
-    p : float
-        ``p >= 1`` or ``inf``.
-
-    Returns
-    -------
-    float
-    """
-    m = as_float_array("masses", masses, ndim=1)
-    if m.size == 0 or np.any(m <= 0):
-        raise ValueError("masses must be a non-empty array of positive numbers")
-    if p == np.inf:
-        return 1.0
-    p = as_at_least("p", p, 1.0)
-    return float(np.sum(m / np.cumsum(m))) if p == 1.0 else p / (p - 1.0)
-
-
-# ---- explicit constants ----------------------------------------------------------------------
-
-def _softmax_constants(A, V, R):
-    r"""(L_x, L_mu): :math:`\|V\|\|A\|R^2` and :math:`\|V\|(1 + 2\|A\|R^2)e^{2\|A\|R^2}`."""
-    a, v = np.linalg.norm(A, 2), np.linalg.norm(V, 2)
-    L_x = v * a * R ** 2
-    L_mu = v * (1.0 + 2.0 * a * R ** 2) * np.exp(2.0 * a * R ** 2)
-    return L_x, L_mu
-
-
-def masked_lipschitz_constant(A, V, R, sink_mass, p=1):
-    r"""Pointwise Lipschitz constant of the masked softmax field in :math:`W_p^{\rm cond}`.
-
-    .. math::
-        \sup_{x, s}|\Gamma_\mu(x, s) - \Gamma_\nu(x, s)| \le
-        \frac{L_\mu(R)}{m(\{0\})^{1/p}}\; W_p^{\rm cond}(\mu, \nu), \qquad
-        L_\mu(R) = \|V\|\,(1 + 2\|A\|R^2)\,e^{2\|A\|R^2},
-
-    for :math:`\mu, \nu` supported in :math:`B_R \times [0, 1]` with the same position marginal
-    :math:`m`, :math:`|x| \le R` (spectral norms). It follows from the prefix bound
-    ``eq-masked-prefix`` of the chapter "Masked attention" by Hölder's inequality on
-    :math:`[0, s]` and :math:`m([0, s]) \ge m(\{0\})`; a shift of the sink fibre attains it as
-    :math:`A \to 0`. For ``p = inf`` (the supremum over fibres) the constant is
-    :math:`L_\mu(R)`, with no atom.
-
-    Parameters
-    ----------
-    A, V : array_like, shape (d, d)
-    R : float
-        Radius of the supports, > 0.
-    sink_mass : float
-        :math:`m(\{0\}) \in (0, 1)`; may be 0 for ``p = inf``.
-    p : float, default 1
-        ``p >= 1`` or ``inf``.
-
-    Returns
-    -------
-    float
-    """
-    A = as_square("A", A)
-    V = as_square("V", V, A.shape[0])
-    R = as_positive("R", R)
-    L_mu = _softmax_constants(A, V, R)[1]
-    if p == np.inf:
-        _check_sink_mass(sink_mass, allow_zero=True)
-        return float(L_mu)
-    p = as_at_least("p", p, 1.0)
-    m = _check_sink_mass(sink_mass)
-    return float(L_mu / m ** (1.0 / p))
-
-
-def masked_stability_constant(A, V, R0, times, masses, p, log=False):
-    r"""Stability constant of masked softmax attention in :math:`W_p^{\rm cond}` (``p = inf``: the
-    supremum over fibres).
-
-    .. math::
-        C_p(t) = \exp\!\Big(t\,\big[L_x(R_t) + \kappa_p(m)\,L_\mu(R_t)\big]\Big),\qquad
-        R_t = R_0 e^{\|V\|t},\quad L_x(R) = \|V\|\|A\|R^2,
-
-    with :math:`\kappa_p` of :func:`hardy_constant` and :math:`L_\mu` of
-    :func:`masked_lipschitz_constant`: the Grönwall argument of the chapter "Masked attention",
-    equation ``eq-masked-stability``. At :math:`A = 0` it is :math:`e^{t\kappa_p\|V\|}`; for
-    :math:`A \ne 0` the factor :math:`e^{2\|A\|R_t^2}` makes it astronomically large.
-
-    Parameters
-    ----------
-    A, V : array_like, shape (d, d)
-    R0 : float
-        Radius of the initial supports, > 0.
-    times : array_like, shape (T,)
-        Increasing, >= 0.
-    masses : array_like, shape (K,)
-        The position marginal's masses in increasing position (see :func:`position_marginal`).
-    p : float
-        ``p >= 1`` or ``inf``.
-    log : bool, default False
-        Return the natural logarithm of :math:`C_p(t)` (which overflows much later).
-
-    Returns
-    -------
-    ndarray, shape (T,)
-    """
-    A = as_square("A", A)
-    V = as_square("V", V, A.shape[0])
-    R0 = as_positive("R0", R0)
-    t = as_times("times", times)
-    if t[0] < 0:
-        raise ValueError(f"times must be >= 0, got {t[0]!r}")
-    kappa = hardy_constant(masses, p)
-    R_t = R0 * np.exp(np.linalg.norm(V, 2) * t)
-    with np.errstate(over="ignore", invalid="ignore"):
-        L_x, L_mu = _softmax_constants(A, V, R_t)
-        log_C = np.where(t == 0, 0.0, t * (L_x + kappa * L_mu))
-        return log_C if log else np.exp(log_C)
 
 
 # ---- measured sensitivity --------------------------------------------------------------------
@@ -719,37 +513,3 @@ def fit_exponent(x, y):
     b, log_c = np.polyfit(np.log(x), np.log(y), 1)
     return float(b), float(np.exp(log_c))
 
-
-def linear_sink_response(t, sink_mass, n_terms=120):
-    r"""The :math:`W_1^{\rm cond}` amplification of a sink shift in the linear model, continuum limit.
-
-    With :math:`A = 0`, :math:`V = I` and the position marginal
-    :math:`m = a\,\delta_0 + (1 - a)\,\mathrm{d}s` on :math:`(0, 1]`, a shift of the sink fibre
-    grows in :math:`W_1^{\rm cond}` by the factor
-
-    .. math::
-        \rho_1(t, a) = \sum_{n \ge 0} \frac{t^n}{n!}\sum_{i=0}^{n}\frac{\ell^i}{i!},
-        \qquad \ell = \ln\frac1a ,
-
-    derived in the chapter "Masked attention" (equation ``eq-masked-series``); it lies between
-    :math:`I_0(2\sqrt{t\ell})` and :math:`e^t I_0(2\sqrt{t\ell})`.
-
-    Parameters
-    ----------
-    t : float
-        Time, >= 0.
-    sink_mass : float
-        :math:`a \in (0, 1)`.
-    n_terms : int, default 120
-        Terms of the outer sum; the tail is below round-off for :math:`t, \ell \le 20`.
-
-    Returns
-    -------
-    float
-    """
-    t = as_at_least("t", t, 0.0)
-    ell = np.log(1.0 / _check_sink_mass(sink_mass))
-    k = np.arange(int(n_terms))
-    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, k.size)))])
-    truncated_exp = np.cumsum(np.exp(k * np.log(ell) - log_fact)) if ell > 0 else np.ones(k.size)
-    return float(np.sum(np.exp(k * np.log(t) - log_fact) * truncated_exp)) if t > 0 else 1.0

@@ -10,16 +10,23 @@ from scipy.optimize import linear_sum_assignment
 
 from tpde_lib.attention import MultiHead, Softmax
 from tpde_lib.masked import (
+    fibre_distances,
     fit_exponent,
+    hardy_constant,
+    linear_sink_response,
+    lp_operator_norm,
     masked_lipschitz_constant,
-    masked_stability_bound,
+    masked_stability_constant,
     position_marginal,
+    prefix_average_matrix,
+    prefix_sweep,
     sensitivity,
     shift_prefix,
     sink_attention_share,
     sink_mass,
     sink_mass_sweep,
     sink_positions,
+    sup_fibre_distance,
     with_sink,
 )
 from tpde_lib.measures import Empirical
@@ -33,7 +40,7 @@ RNG_V = np.array([[0.2, -0.7], [0.8, 0.1]])
 # ---- independent oracles -------------------------------------------------------------------
 
 def causal_softmax_loop(X, w, s, A, V):
-    """Masked softmax field token by token (paper notes §2.8), plain Python over queries."""
+    """Masked softmax field token by token (chapter "Masked attention"), plain Python."""
     out = np.zeros_like(X)
     for i in range(X.shape[0]):
         keys = [j for j in range(X.shape[0]) if s[j] <= s[i]]
@@ -122,7 +129,7 @@ def test_shifting_a_prefix_costs_shift_times_prefix_mass_to_one_over_p():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(n=1, sink_mass=0.5), "n must"),
-    (dict(n=10, sink_mass=0.0), "sink_mass"),
+    (dict(n=10, sink_mass=-0.1), "sink_mass"),
     (dict(n=10, sink_mass=1.0), "sink_mass"),
     (dict(n=10, sink_mass=0.5, n_sink=10), "n_sink"),
     (dict(n=10, sink_mass=0.5, n_sink=0), "n_sink"),
@@ -151,7 +158,7 @@ def test_causal_softmax_matches_per_token_loop_with_sink_weights():
     MultiHead([Softmax(RNG_A, RNG_V, causal=True), Softmax(-RNG_A.T, 0.5 * RNG_V, causal=True)]),
 ])
 def test_sink_tokens_move_only_under_their_own_fibre(att):
-    # paper notes §9 item 18: Gamma(x, 0) depends only on the s = 0 fibre
+    # Gamma(x, 0) depends only on the s = 0 fibre (derived in the chapter "Masked attention")
     mu = with_sink(_tokens(60, 3), 0.2, n_sink=6)
     other = _tokens(60, 4, scale=3.0)
     other[:6] = mu.points[:6]
@@ -165,7 +172,8 @@ def test_sink_tokens_move_only_under_their_own_fibre(att):
     assert np.allclose(v_mu[:6], att.velocity(sink_alone), rtol=1e-12, atol=1e-14)
 
 
-def test_position_marginal_is_conserved_exactly_by_simulation():
+def test_consistency_simulation_keeps_the_position_marginal():
+    # consistency check: the simulator never updates positions or weights (holds by construction)
     mu = with_sink(_tokens(50, 5), 0.1, n_sink=5)
     traj = simulate(Softmax(RNG_A, RNG_V, causal=True), mu, np.linspace(0, 1, 5))
     values0, masses0 = position_marginal(mu)
@@ -176,14 +184,14 @@ def test_position_marginal_is_conserved_exactly_by_simulation():
 
 def test_sink_attention_share_matches_loop_and_untilted_closed_form():
     mu = with_sink(_tokens(40, 9), 0.1, n_sink=4)
-    share = sink_attention_share(Softmax(RNG_A, RNG_V, causal=True), mu, block=7)
+    share = sink_attention_share(RNG_A, mu)
     X, w, s = mu.points, mu.weights, mu.positions
     for i in range(40):
         e = {j: w[j] * np.exp(X[j] @ RNG_A @ X[i]) for j in range(40) if s[j] <= s[i]}
         assert share[i] == pytest.approx(sum(e[j] for j in e if s[j] == 0) / sum(e.values()),
                                          rel=1e-12)
     # A = 0: no tilt, the share is m({0}) / m([0, s])
-    flat = sink_attention_share(Softmax(np.zeros((2, 2)), RNG_V, causal=True), mu)
+    flat = sink_attention_share(np.zeros((2, 2)), mu)
     prefix_mass = np.array([w[s <= si].sum() for si in s])
     assert np.allclose(flat, 0.1 / prefix_mass, rtol=1e-12)
 
@@ -215,6 +223,12 @@ def test_masked_lipschitz_bound_holds_for_random_same_marginal_pairs(seed):
         gap.append(np.linalg.norm(g_mu - g_nu))
     bound = masked_lipschitz_constant(RNG_A, RNG_V, R, 0.1) * conditional_wasserstein(mu, nu, 1)
     assert max(gap) <= bound
+    # the sharper prefix form: L_mu(R) times the prefix average of the fibre distances
+    values, masses, w1 = fibre_distances(mu, nu, 1)
+    prefix = prefix_average_matrix(masses, values) @ w1
+    L_mu = masked_lipschitz_constant(RNG_A, RNG_V, R, 0.5, p=np.inf)
+    at_token = prefix[np.searchsorted(values, mu.positions)]
+    assert np.all(np.array(gap) <= L_mu * at_token)
 
 
 @pytest.mark.parametrize("m", [0.5, 0.1, 0.01])
@@ -237,17 +251,6 @@ def test_masked_lipschitz_bound_is_attained_by_a_sink_shift_at_small_scores(m):
     assert 0.99 * bound <= gap <= bound
 
 
-def test_stability_bound_formula_and_value_at_zero():
-    times = np.array([0.0, 0.5, 1.0])
-    C = masked_stability_bound(RNG_A, RNG_V, 0.5, times, 0.2)
-    a, v = np.linalg.norm(RNG_A, 2), np.linalg.norm(RNG_V, 2)
-    R = 0.5 * np.exp(v * times)
-    direct = np.exp(times * (v * a * R ** 2 + v * (1 + 2 * a * R ** 2) * np.exp(2 * a * R ** 2) / 0.2))
-    assert C[0] == 1.0 and np.allclose(C, direct, rtol=1e-12)
-    logC = masked_stability_bound(RNG_A, RNG_V, 0.5, times, 0.2, log=True)
-    assert np.allclose(logC, np.log(direct), rtol=1e-12, atol=1e-15)
-
-
 # ---- sensitivity ---------------------------------------------------------------------------
 
 def test_sensitivity_matches_loop_simulation_and_assignment_distances():
@@ -264,16 +267,6 @@ def test_sensitivity_matches_loop_simulation_and_assignment_distances():
         # same RK4 steps on the same field: agreement to round-off (1e-10 relative)
         assert res.ratio[k, 0] == 1.0
         assert res.ratio[k, -1] == pytest.approx(dT / d0, rel=1e-10)
-
-
-def test_measured_sensitivity_stays_below_the_masked_stability_bound():
-    X = np.random.default_rng(7).uniform(-0.35, 0.35, (40, 2))
-    mu = with_sink(X, 0.1, n_sink=4)
-    nu = shift_prefix(mu, [0.05, 0.0])
-    res = sensitivity(Softmax(RNG_A, RNG_V, causal=True), mu, nu, 1.0, p=2, n_times=6)
-    R0 = np.linalg.norm(np.vstack([mu.points, nu.points]), axis=1).max()
-    C = masked_stability_bound(RNG_A, RNG_V, R0, res.times, 0.1)
-    assert np.all(res.ratio <= C)
 
 
 def test_sink_mass_sweep_matches_separate_sensitivity_runs():
@@ -309,3 +302,211 @@ def test_fit_exponent_recovers_an_exact_power_law(b, c):
     x = np.array([0.5, 0.2, 0.1, 0.05, 0.02, 0.01])
     fb, fc = fit_exponent(x, c * x ** b)
     assert fb == pytest.approx(b, abs=1e-10) and fc == pytest.approx(c, rel=1e-10)
+
+
+# ---- no atom -------------------------------------------------------------------------------
+
+def test_sink_positions_without_an_atom_discretise_a_density():
+    s, w = sink_positions(8, 0.0)
+    assert np.array_equal(s, np.arange(1, 9) / 8) and np.allclose(w, 1 / 8, rtol=1e-15)
+    with pytest.raises(ValueError, match="n_sink"):
+        sink_positions(8, 0.0, n_sink=2)
+    with pytest.raises(ValueError, match="sink_mass"):
+        sink_positions(8, -0.1)
+
+
+# ---- fibre distances -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_fibre_distances_match_assignments_and_the_conditional_distance(p):
+    X, Y = _tokens(24, 11), _tokens(24, 12)
+    mu = with_sink(X, 0.25, n_sink=6)              # a sink fibre of 6 tokens, 18 single ones
+    nu = mu.with_points(Y)
+    values, masses, dist = fibre_distances(mu, nu, p)
+    for v, d in zip(values, dist):
+        sel = np.flatnonzero(mu.positions == v)
+        C = np.linalg.norm(X[sel][:, None] - Y[sel][None], axis=2) ** p
+        r, c = linear_sum_assignment(C)
+        assert d == pytest.approx(C[r, c].mean() ** (1 / p), rel=1e-9)
+    # the L^p(m) average is W_p^cond (transport's separate implementation)
+    assert np.sum(masses * dist ** p) ** (1 / p) == pytest.approx(
+        conditional_wasserstein(mu, nu, p), rel=1e-9)
+    assert sup_fibre_distance(mu, nu, p) == pytest.approx(dist.max(), rel=1e-15)
+
+
+def test_fibre_distances_need_the_same_marginal():
+    mu = with_sink(_tokens(10, 0), 0.2, n_sink=2)
+    nu = with_sink(_tokens(10, 1), 0.3, n_sink=2)
+    with pytest.raises(ValueError, match="position marginal"):
+        fibre_distances(mu, nu)
+
+
+# ---- the prefix average --------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_sink", [1, 4])
+def test_prefix_average_is_the_causal_field_with_zero_scores(n_sink):
+    mu = with_sink(_tokens(30, 13), 0.2, n_sink=n_sink)
+    H = prefix_average_matrix(mu.weights, mu.positions)
+    ref = causal_softmax_loop(mu.points, mu.weights, mu.positions, np.zeros((2, 2)), RNG_V)
+    assert np.allclose((H @ mu.points) @ RNG_V.T, ref, rtol=1e-12, atol=1e-14)
+    assert np.allclose(H.sum(axis=1), 1.0, rtol=1e-14)
+
+
+def _brute_norm(E, m, p, rng):
+    """Lower bound of the l^p(m) operator norm over random and basis vectors."""
+    U = np.vstack([rng.standard_normal((200, E.shape[0])), np.eye(E.shape[0]),
+                   np.sign(E)])
+    def norm(u):
+        return np.max(np.abs(u), axis=-1) if p == np.inf else \
+            (np.abs(u) ** p @ m) ** (1 / p)
+    return np.max(norm(U @ E.T) / norm(U))
+
+
+@pytest.mark.parametrize("p", [1, 2, np.inf])
+def test_lp_operator_norm_is_attained_and_not_exceeded(p):
+    rng = np.random.default_rng(14)
+    m = rng.dirichlet(np.ones(7))
+    E = rng.standard_normal((7, 7))
+    value = lp_operator_norm(E, m, p)
+    low = _brute_norm(E, m, p, rng)
+    assert low <= value * (1 + 1e-12)
+    if p == 2:      # generalised eigenproblem max u^T E^T D E u / u^T D u (independent)
+        from scipy.linalg import eigh
+        D = np.diag(m)
+        assert value == pytest.approx(np.sqrt(eigh(E.T @ D @ E, D, eigvals_only=True)[-1]),
+                                      rel=1e-10)
+    else:           # attained by a basis vector (p = 1) or a sign vector (p = inf)
+        assert low == pytest.approx(value, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 10_000))
+def test_hardy_constants_bound_the_prefix_average(k, seed):
+    rng = np.random.default_rng(seed)
+    m = np.maximum(rng.dirichlet(np.full(k, rng.choice([0.2, 1.0, 5.0]))), 1e-9)
+    m /= m.sum()
+    H = prefix_average_matrix(m)
+    kappa1 = hardy_constant(m, 1)
+    assert lp_operator_norm(H, m, 1) == pytest.approx(kappa1, rel=1e-12)
+    assert kappa1 <= 1 + np.log(1 / m[0]) + 1e-12
+    assert lp_operator_norm(H, m, 2) <= 2.0 + 1e-12
+    assert lp_operator_norm(H, m, np.inf) == pytest.approx(1.0, rel=1e-14)
+    w = np.abs(rng.standard_normal(k)) ** 3            # p = 3: Hardy's constant 3/2
+    assert ((H @ w) ** 3 @ m) ** (1 / 3) <= 1.5 * (w ** 3 @ m) ** (1 / 3) * (1 + 1e-12)
+
+
+def test_hardy_constant_values_and_its_growth_without_an_atom():
+    assert hardy_constant([0.5, 0.5], 2) == 2.0 and hardy_constant([1.0], np.inf) == 1.0
+    assert hardy_constant([0.5, 0.5], 3) == pytest.approx(1.5)
+    # n equal masses: the harmonic number, unbounded in n
+    for k in (10, 1000):
+        assert hardy_constant(np.full(k, 1 / k), 1) == pytest.approx(
+            sum(1 / i for i in range(1, k + 1)), rel=1e-12)
+    with pytest.raises(ValueError, match="p"):
+        hardy_constant([0.5, 0.5], 0.5)
+    with pytest.raises(ValueError, match="p must be 1, 2 or inf"):
+        lp_operator_norm(np.eye(2), [0.5, 0.5], 3)
+
+
+# ---- constants -----------------------------------------------------------------------------
+
+def test_masked_lipschitz_constant_for_each_distance():
+    R, m = 1.3, 0.05
+    a = np.linalg.svd(RNG_A, compute_uv=False)[0]      # spectral norms via SVD
+    v = np.linalg.svd(RNG_V, compute_uv=False)[0]
+    L = v * (1 + 2 * a * R ** 2) * np.exp(2 * a * R ** 2)
+    assert masked_lipschitz_constant(RNG_A, RNG_V, R, m, p=2) == pytest.approx(
+        L / np.sqrt(m), rel=1e-12)
+    assert masked_lipschitz_constant(RNG_A, RNG_V, R, 0.0, p=np.inf) == pytest.approx(L, rel=1e-12)
+    with pytest.raises(ValueError, match="sink_mass"):
+        masked_lipschitz_constant(RNG_A, RNG_V, R, 0.0, p=2)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_pointwise_constant_in_wp_cond_is_attained_by_a_sink_shift(p):
+    # A ~ 0: at s = 0 the field moves by ||V|| |delta| while W_p^cond = m^(1/p) |delta|
+    A, V, m = 1e-4 * RNG_A, RNG_V, 0.02
+    delta = 0.01 * np.linalg.svd(V)[2][0]
+    mu = with_sink(np.random.default_rng(0).uniform(-0.3, 0.3, (20, 2)), m, n_sink=4)
+    nu = shift_prefix(mu, delta)
+    probe = Empirical(np.vstack([mu.points[:4], nu.points]), weights=np.r_[np.zeros(4), nu.weights],
+                      positions=np.r_[np.zeros(4), nu.positions])
+    att = Softmax(A, V, causal=True)
+    gap = np.linalg.norm(att.velocity(mu)[:4] - att.velocity(probe)[:4], axis=1).max()
+    R = np.linalg.norm(probe.points, axis=1).max()
+    bound = masked_lipschitz_constant(A, V, R, m, p=p) * conditional_wasserstein(mu, nu, p)
+    assert 0.99 * bound <= gap <= bound
+
+
+def test_stability_constant_formula():
+    times = np.array([0.0, 0.5, 1.0])
+    masses = np.array([0.2, 0.3, 0.5])
+    a, v = np.linalg.norm(RNG_A, 2), np.linalg.norm(RNG_V, 2)
+    R = 0.5 * np.exp(v * times)
+    k1 = 0.2 / 0.2 + 0.3 / 0.5 + 0.5 / 1.0
+    for p, kappa in [(1, k1), (2, 2.0), (np.inf, 1.0)]:
+        direct = times * (v * a * R ** 2 + kappa * v * (1 + 2 * a * R ** 2) * np.exp(2 * a * R ** 2))
+        logC = masked_stability_constant(RNG_A, RNG_V, 0.5, times, masses, p, log=True)
+        assert np.allclose(logC, direct, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("a", [0.2, 0.02])
+def test_stability_constants_bound_the_exact_linear_flow(a):
+    # A = 0, V = I: the flow is exp(tH) exactly; C_p(t) = e^{t kappa_p} must bound its norms
+    from scipy.linalg import expm
+    w = sink_positions(81, a, n_sink=1)[1]
+    H = prefix_average_matrix(w)
+    times = np.array([0.5, 1.0, 2.0])
+    for p in (1, 2, np.inf):
+        C = masked_stability_constant(np.zeros((2, 2)), np.eye(2), 1.0, times, w, p)
+        exact = np.array([lp_operator_norm(expm(t * H), w, p) for t in times])
+        assert np.all(exact <= C * (1 + 1e-12))
+        if p == np.inf:          # attained: H is row-stochastic and non-negative
+            assert np.allclose(exact, C, rtol=1e-12)
+
+
+def test_linear_sink_response_is_the_continuum_limit_of_the_discrete_flow():
+    from scipy.sparse.linalg import expm_multiply
+    from scipy.special import i0
+    t, a = 1.5, 0.05
+    rho = linear_sink_response(t, a)
+    ell = np.log(1 / a)
+    assert i0(2 * np.sqrt(t * ell)) < rho < np.exp(t) * i0(2 * np.sqrt(t * ell))
+    gaps = []
+    for k in (200, 800):
+        w = sink_positions(k + 1, a, n_sink=1)[1]
+        col = expm_multiply(t * prefix_average_matrix(w), np.r_[1.0, np.zeros(k)])
+        gaps.append(abs(w @ col / a / rho - 1))
+    # discretisation error O(1/(a k)): four times more tokens, about four times smaller
+    assert gaps[1] < 0.01 and 3 < gaps[0] / gaps[1] < 5
+    assert linear_sink_response(0.0, a) == 1.0
+    assert linear_sink_response(t, 1 - 1e-12) == pytest.approx(np.exp(t), rel=1e-9)
+
+
+# ---- sweeps with the supremum over fibres --------------------------------------------------
+
+def test_sensitivity_sup_matches_loop_simulation():
+    X = _tokens(12, 6)
+    mu = with_sink(X, 0.25, n_sink=1)
+    nu = shift_prefix(mu, [0.2, 0.1], s_max=0.3)
+    att = Softmax(RNG_A, RNG_V, causal=True)
+    res = sensitivity(att, mu, nu, 1.0, p=2, n_times=2, method="rk4", h=0.05, sup=True)
+    XT = rk4_loop(mu.points, mu.weights, mu.positions, RNG_A, RNG_V, 1.0, 20)
+    YT = rk4_loop(nu.points, nu.weights, nu.positions, RNG_A, RNG_V, 1.0, 20)
+    d0 = np.linalg.norm(mu.points - nu.points, axis=1).max()   # one token per fibre
+    dT = np.linalg.norm(XT - YT, axis=1).max()
+    assert res.sup_ratio[-1] == pytest.approx(dT / d0, rel=1e-10)
+
+
+def test_prefix_sweep_matches_separate_sensitivity_runs():
+    mu = with_sink(_tokens(30, 8), 0.0)
+    att = Softmax(RNG_A, RNG_V, causal=True)
+    shift = np.array([0.1, 0.0])
+    cond, sup = prefix_sweep(att, mu, [0.1, 0.5], shift, 0.5, p=(1, 2), sup=True)
+    for k, s_max in enumerate([0.1, 0.5]):
+        one = sensitivity(att, mu, shift_prefix(mu, shift, s_max=s_max), 0.5, p=(1, 2),
+                          n_times=2, sup=True)
+        assert np.allclose(cond[:, k], one.ratio[:, -1], rtol=1e-12)
+        assert np.allclose(sup[:, k], one.sup_ratio[:, -1], rtol=1e-12)
+    with pytest.raises(ValueError, match="moves no token"):
+        prefix_sweep(att, mu, [0.001], shift, 0.5)

@@ -1,14 +1,18 @@
-r"""Masked (causal) attention: positions with an attention sink, the masked constants, sensitivity.
+r"""Masked (causal) attention: positions, the attention sink, the prefix average, sensitivity.
 
-Masked attention lives on the augmented space :math:`\mathbb R^d \times [0, 1]`: each token carries
-a position :math:`s`, and the token at :math:`s` attends to the tokens at :math:`s' \le s`
-(paper notes §2.8). The dynamics never moves :math:`s`, so the position marginal
-:math:`m = (\pi_s)_\#\mu` is conserved, and the natural distance is the conditional Wasserstein
-distance (paper notes §4.1, :func:`tpde_lib.transport.conditional_wasserstein`). Uniform-in-``s``
-Lipschitz bounds need an atom of the marginal at :math:`s = 0`, the *attention sink*
-(paper notes §4.2). This module builds such position grids, evaluates the masked constants and
-measures the sensitivity :math:`W_p^{\mathrm{cond}}(\mu_t, \nu_t) / W_p^{\mathrm{cond}}(\mu_0, \nu_0)`
-by simulating both measures.
+Masked attention lives on :math:`\mathbb R^d \times [0, 1]`: each token carries a position
+:math:`s`, and the token at :math:`s` attends to the tokens at :math:`s' \le s` (the paper,
+arXiv:2501.18322, and the book's chapter "Masked attention", section "Tokens with positions and
+the causal field"). The dynamics never moves :math:`s`, so the position marginal
+:math:`m = (\pi_s)_\#\mu` is fixed and two solutions are compared fibre by fibre, either in the
+conditional distance :math:`W_p^{\mathrm{cond}}` (an :math:`L^p(m)` average of the fibre
+distances, :func:`tpde_lib.transport.conditional_wasserstein`) or in the supremum over fibres
+(:func:`sup_fibre_distance`). A perturbation reaches the token at :math:`s` through the *prefix
+average* of the fibre distances over :math:`[0, s]` (:func:`prefix_average_matrix`); its norm
+on :math:`L^p(m)` (:func:`hardy_constant`) decides which distance needs an atom of :math:`m`
+at :math:`s = 0`, the *attention sink* (chapter "Masked attention", equations
+``eq-masked-prefix`` to ``eq-masked-stability``). Those bounds live in
+:mod:`tpde_lib.masked_bounds` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -16,28 +20,36 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import ot
 
-from ._checks import as_float_array, as_positive, as_square, as_times
-from .attention import Softmax
+from ._checks import as_at_least, as_float_array, as_positive, as_square, as_times
+from .attention import kernel_sums
+from .masked_bounds import (
+    _check_sink_mass,
+    hardy_constant,
+    linear_sink_response,
+    lp_operator_norm,
+    masked_lipschitz_constant,
+    masked_stability_constant,
+    prefix_average_matrix,
+)
 from .measures import Empirical
 from .particles import simulate
-from .transport import conditional_wasserstein
 
 __all__ = ["sink_positions", "with_sink", "sink_mass", "position_marginal", "shift_prefix",
-           "sink_attention_share", "masked_lipschitz_constant", "masked_stability_bound",
-           "Sensitivity", "sensitivity", "sink_mass_sweep", "fit_exponent"]
+           "sink_attention_share", "fibre_distances", "sup_fibre_distance",
+           "prefix_average_matrix", "lp_operator_norm", "hardy_constant",
+           "masked_lipschitz_constant", "masked_stability_constant",
+           "linear_sink_response", "Sensitivity", "sensitivity", "sink_mass_sweep", "prefix_sweep",
+           "fit_exponent"]
 
-
-def _check_sink_mass(value):
-    m = as_positive("sink_mass", value)
-    if m >= 1.0:
-        raise ValueError(f"sink_mass must lie in (0, 1) (the mass m({{0}}) of the sink; 1 would "
-                         f"put every token at s = 0, i.e. unmasked attention), got {value!r}")
-    return m
+#: two position marginals are equal when their masses agree to this absolute tolerance
+MARGINAL_TOL = 1e-9
 
 
 def sink_positions(n, sink_mass, n_sink=None):
-    r"""Positions and weights of ``n`` tokens whose position marginal has an atom at :math:`s = 0`.
+    r"""Positions and weights of ``n`` tokens: an atom of mass ``sink_mass`` at :math:`s = 0`, the
+    rest spread evenly over :math:`(0, 1]`.
 
     The first ``n_sink`` tokens are the *sink*: position :math:`s = 0`, total mass
     :math:`m(\{0\})` = ``sink_mass``, shared equally. The other :math:`n_r = n - n_{\rm sink}`
@@ -48,14 +60,18 @@ def sink_positions(n, sink_mass, n_sink=None):
     .. math::
         m = m(\{0\})\,\delta_0 + \frac{1 - m(\{0\})}{n_r}\sum_{k=1}^{n_r}\delta_{k/n_r}.
 
+    With ``sink_mass = 0`` there is no atom: the ``n`` tokens sit at :math:`k/n`, weights
+    :math:`1/n` (the discretisation of a density on :math:`(0, 1]`).
+
     Parameters
     ----------
     n : int
         Number of tokens, ``n >= 2``.
     sink_mass : float
-        :math:`m(\{0\}) \in (0, 1)`.
+        :math:`m(\{0\}) \in [0, 1)`.
     n_sink : int, optional
-        Number of sink tokens, ``1 <= n_sink <= n - 1``. Default ``round(sink_mass * n)`` (clipped
+        Number of sink tokens, ``1 <= n_sink <= n - 1`` (``0`` or None when ``sink_mass = 0``).
+        Default ``round(sink_mass * n)`` (clipped
         to that range), which makes the weights uniform (``1/n``) when ``sink_mass * n`` is an
         integer. Keep ``n_sink`` fixed to vary ``sink_mass`` with the same points (only the weights
         change).
@@ -70,13 +86,16 @@ def sink_positions(n, sink_mass, n_sink=None):
     Raises
     ------
     ValueError
-        ``n < 2``, ``sink_mass`` outside (0, 1), ``n_sink`` outside ``[1, n - 1]``.
-
-    See paper notes §2.8 (positions) and §4.2 (the atom at 0).
+        ``n < 2``, ``sink_mass`` outside [0, 1), ``n_sink`` outside ``[1, n - 1]`` (or not 0 without
+        an atom).
     """
     if not isinstance(n, (int, np.integer)) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (one sink token and one other), got {n!r}")
-    m = _check_sink_mass(sink_mass)
+    m = _check_sink_mass(sink_mass, allow_zero=True)
+    if m == 0.0:
+        if n_sink not in (None, 0):
+            raise ValueError(f"n_sink must be 0 (or None) when sink_mass = 0, got {n_sink!r}")
+        return np.arange(1, n + 1) / n, np.full(n, 1.0 / n)
     if n_sink is None:
         n_sink = int(min(max(round(m * n), 1), n - 1))
     elif not isinstance(n_sink, (int, np.integer)) or not 1 <= n_sink <= n - 1:
@@ -166,171 +185,116 @@ def shift_prefix(mu, shift, s_max=0.0):
     return mu.with_points(X)
 
 
-def sink_attention_share(att, mu, t=0.0, block=2048):
-    r"""The attention each token pays to the sink fibre: :math:`\pi_{x_i, s_i}(\{s' = 0\})`.
+def sink_attention_share(A, mu):
+    r"""The attention each token pays to the sink fibre, :math:`\pi_{x_i, s_i}(\{s' = 0\})`.
 
-    For causal softmax attention the token :math:`(x, s)` averages the values with the tilted,
-    masked weights :math:`\pi_{x,s}(dy, ds') \propto \mathbf 1_{s'\le s}\,e^{\langle Ax,y\rangle}
-    \mu(dy, ds')`; this returns the mass those weights put on :math:`s' = 0`,
+    For causal softmax attention with score matrix :math:`A` the token :math:`(x, s)` averages the
+    values with the weights :math:`\pi_{x,s}(dy, ds') \propto \mathbf 1_{s'\le s}\,
+    e^{\langle Ax,y\rangle}\mu(dy, ds')`; this returns the mass they put on :math:`s' = 0`,
 
     .. math::
         \mathrm{share}_i = \frac{\sum_{j: s_j = 0} w_j e^{\langle Ax_i, x_j\rangle}}
                                {\sum_{j: s_j \le s_i} w_j e^{\langle Ax_i, x_j\rangle}} .
 
-    Without the tilt (:math:`A = 0`) it is :math:`m(\{0\}) / m([0, s_i])`; the sink tokens
-    themselves have share 1.
+    Evaluated by the blocked engine :func:`tpde_lib.kernel_sums` (row maxima cancel in the
+    ratio). Without the tilt (:math:`A = 0`) it is :math:`m(\{0\}) / m([0, s_i])`, the first column of
+    :func:`prefix_average_matrix`; the sink tokens themselves have share 1.
 
     Parameters
     ----------
-    att : Softmax
-        Causal softmax attention (its ``A`` is used).
+    A : array_like, shape (d, d)
+        Score matrix, :math:`\langle Ax, y\rangle = y^\top A x` (for a time-dependent attention,
+        pass ``att.A(t)``).
     mu : Empirical
         Points (n, d), weights (n,), positions (n,) with an atom at 0.
-    t : float
-        Time, for time-dependent ``A``.
-    block : int
-        Query rows per block (memory O(block * n)).
 
     Returns
     -------
     ndarray, shape (n,)
         Values in [0, 1].
     """
-    if not isinstance(att, Softmax):
-        raise TypeError(f"att must be a Softmax attention, got {type(att).__name__}")
-    if not isinstance(block, (int, np.integer)) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
     s = _positions_of(mu)
-    if not np.any((s == 0) & (mu.weights > 0)):
+    A = as_square("A", A, mu.d)
+    w = mu.weights
+    if not np.any((s == 0) & (w > 0)):
         raise ValueError("mu must have a sink: tokens of positive weight at position 0")
-    X, logw = mu.points, np.log(np.where(mu.weights > 0, mu.weights, 1.0))
-    logw[mu.weights == 0] = -np.inf
-    queries = X @ att.A(t).T                       # rows A x_i: scores <A x_i, x_j> = x_j^T A x_i
-    share = np.empty(mu.n)
-    for start in range(0, mu.n, block):       # row blocks of queries, vectorised inside
-        sl = slice(start, min(mu.n, start + block))
-        L = queries[sl] @ X.T + logw[None, :]
-        L[s[None, :] > s[sl, None]] = -np.inf
-        L -= L.max(axis=1, keepdims=True)
-        E = np.exp(L)
-        share[sl] = E[:, s == 0].sum(axis=1) / E.sum(axis=1)
-    return share
+    keep = w > 0                                   # keys of positive mass
+    keys, w_k, s_k = mu.points[keep], w[keep], s[keep]
+    # scores <A x_i, x_j> = x_j^T A x_i; numerator (sink keys) and denominator in one pass
+    values = np.column_stack([w_k * (s_k == 0), w_k])
+    sums = kernel_sums(mu.points @ A.T, keys, values, "softmax", q_pos=s, k_pos=s_k)
+    return sums[:, 0] / sums[:, 1]
 
 
-def _softmax_constants(A, V, R):
-    """(L_x, L_mu) of paper notes §3.3 for spectral norms of A, V and radius R (floats)."""
-    a, v = np.linalg.norm(A, 2), np.linalg.norm(V, 2)
-    L_x = v * a * R ** 2
-    L_mu = v * (1.0 + 2.0 * a * R ** 2) * np.exp(2.0 * a * R ** 2)
-    return L_x, L_mu
+# ---- distances fibre by fibre ------------------------------------------------------------------
 
+def fibre_distances(mu, nu, p=2):
+    r"""The Wasserstein distance :math:`W_p(\mu_s, \nu_s)` of every fibre of two measures with the
+    same position marginal.
 
-def masked_lipschitz_constant(A, V, R, sink_mass):
-    r"""Lipschitz constant of the masked softmax field in the measure, in :math:`W_1^{\rm cond}`.
-
-    .. math::
-        |\Gamma_\mu(x, s) - \Gamma_\nu(x, s)| \le
-        \frac{\|V\|\,(1 + 2\|A\|R^2)\,e^{2\|A\|R^2}}{m(\{0\})}\; W_1^{\rm cond}(\mu, \nu)
-
-    for :math:`\mu, \nu` supported in :math:`B_R \times [0, 1]` with the same position marginal
-    :math:`m`, :math:`|x| \le R` (spectral norms).
-
-    Derivation (paper notes §4.2, derived here). Write :math:`\Gamma_\mu(x,s) = N_\mu / Z_\mu`
-    with :math:`Z_\mu(x, s) = \int \mathbf 1_{s' \le s}\, e^{\langle Ax, y\rangle}\,
-    d\mu(y, s')`. Then
-
-    .. math::
-        \Gamma_\mu - \Gamma_\nu = \frac{1}{Z_\mu}\int \mathbf 1_{s'\le s}\,f(y)\,
-        d(\mu - \nu)(y, s'), \qquad f(y) = e^{\langle Ax, y\rangle}\big(Vy - \Gamma_\nu(x, s)\big).
-
-    On :math:`B_R`, :math:`f` is :math:`\|V\| e^{\|A\|R^2}(1 + 2\|A\|R^2)`-Lipschitz (the gradient
-    is :math:`e^{\langle Ax,y\rangle}(V + (Vy - \Gamma_\nu)(Ax)^\top)` and
-    :math:`|Vy - \Gamma_\nu| \le 2\|V\|R`). Since :math:`\mu` and :math:`\nu` share the marginal,
-    the integral is :math:`\int_{[0,s]} (\int f\,d\mu_{s'} - \int f\,d\nu_{s'})\,dm(s')`, and
-    Kantorovich–Rubinstein in each fibre bounds it by
-    :math:`\mathrm{Lip}(f)\int_{[0,s]} W_1(\mu_{s'}, \nu_{s'})\,dm(s')`. The denominator is
-    :math:`Z_\mu \ge m([0, s])\, e^{-\|A\|R^2} \ge m(\{0\})\, e^{-\|A\|R^2}`. Hence the sharper,
-    position-wise form
-
-    .. math::
-        |\Gamma_\mu - \Gamma_\nu|(x, s) \le L_\mu(R)\,\frac{1}{m([0,s])}\int_{[0,s]}
-        W_1(\mu_{s'}, \nu_{s'})\,dm(s') \le \frac{L_\mu(R)}{m(\{0\})}\,W_1^{\rm cond}(\mu, \nu),
-
-    with :math:`L_\mu(R)` the unmasked constant of paper notes §3.3. The last step is tight only
-    when the whole perturbation sits in the sink fibre *and* is felt at :math:`s = 0`.
+    The fibre :math:`\mu_s` holds the tokens at position :math:`s` with their weights normalised
+    to 1. Both averages of these numbers appear in the chapter "Masked attention": the
+    conditional distance :math:`W_p^{\rm cond} = (\sum_s m_s W_p(\mu_s, \nu_s)^p)^{1/p}` and the
+    supremum over fibres (:func:`sup_fibre_distance`).
 
     Parameters
     ----------
-    A, V : array_like, shape (d, d)
-        Score and value matrices.
-    R : float
-        Radius of the supports, > 0.
-    sink_mass : float
-        :math:`m(\{0\}) \in (0, 1)`.
+    mu, nu : Empirical
+        With positions and the same position marginal (masses equal to ``MARGINAL_TOL``).
+    p : float, default 2
+        ``p >= 1``.
 
     Returns
     -------
-    float
+    values : ndarray, shape (K,)
+        The distinct positions, increasing.
+    masses : ndarray, shape (K,)
+        :math:`m(\{s\})` for each.
+    distances : ndarray, shape (K,)
+        :math:`W_p(\mu_s, \nu_s)`: exact OT (``ot.emd2``) in fibres of several tokens, the
+        distance of the two points in fibres of one token each (vectorised).
     """
-    A = as_square("A", A)
-    V = as_square("V", V, A.shape[0])
-    R = as_positive("R", R)
-    m = _check_sink_mass(sink_mass)
-    return float(_softmax_constants(A, V, R)[1] / m)
+    for name, meas in (("mu", mu), ("nu", nu)):
+        _positions_of(meas, name)
+    if mu.d != nu.d:
+        raise ValueError(f"mu and nu must have the same dimension, got {mu.d} and {nu.d}")
+    p = as_at_least("p", p, 1.0)
+    values, idx_mu = np.unique(mu.positions, return_inverse=True)
+    values_nu, idx_nu = np.unique(nu.positions, return_inverse=True)
+    m_mu = np.bincount(idx_mu, weights=mu.weights, minlength=values.size)
+    m_nu = np.bincount(idx_nu, weights=nu.weights, minlength=values_nu.size)
+    if values.shape != values_nu.shape or np.any(values != values_nu) \
+            or np.any(np.abs(m_mu - m_nu) > MARGINAL_TOL):
+        raise ValueError("mu and nu must have the same position marginal (same positions, masses "
+                         "equal to 1e-9)")
+    count_mu = np.bincount(idx_mu, minlength=values.size)
+    count_nu = np.bincount(idx_nu, minlength=values.size)
+    single = (count_mu == 1) & (count_nu == 1)
+    dist = np.zeros(values.size)
+    at_mu, at_nu = np.empty((values.size, mu.d)), np.empty((values.size, mu.d))
+    at_mu[idx_mu], at_nu[idx_nu] = mu.points, nu.points      # one token per fibre: scatter
+    dist[single] = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
+    for k in np.flatnonzero(~single & (m_mu > 0)):        # fibres of several tokens: exact OT
+        sel_mu, sel_nu = idx_mu == k, idx_nu == k
+        a, b = mu.weights[sel_mu] / m_mu[k], nu.weights[sel_nu] / m_nu[k]
+        diff = mu.points[sel_mu][:, None, :] - nu.points[sel_nu][None, :, :]
+        cost = np.linalg.norm(diff, axis=2) ** p
+        dist[k] = max(float(ot.emd2(a, b, cost)), 0.0) ** (1.0 / p)
+    return values, m_mu, dist
 
 
-def masked_stability_bound(A, V, R0, times, sink_mass, log=False):
-    r"""The Dobrushin stability constant in :math:`W_p^{\rm cond}` for masked softmax attention.
+def sup_fibre_distance(mu, nu, p=2):
+    r"""The supremum over fibres, :math:`\sup_{s:\, m(\{s\}) > 0} W_p(\mu_s, \nu_s)` (float).
 
-    .. math::
-        W_p^{\rm cond}(\mu_t, \nu_t) \le C(t)\, W_p^{\rm cond}(\mu_0, \nu_0), \qquad
-        C(t) = \exp\!\Big(t\,\big[L_x(R_t) + L_\mu(R_t)/m(\{0\})\big]\Big),
-
-    with :math:`R_t = R_0 e^{\|V\| t}` (the field is a convex combination of the :math:`Vy`, so
-    supports grow at most at rate :math:`\|V\|`), :math:`L_x(R) = \|V\|\|A\|R^2` (the masked field
-    has :math:`\nabla_x\Gamma = V\,\mathrm{Cov}(y)\,A` for the tilt of the prefix :math:`[0, s]`,
-    a covariance bounded by :math:`R^2`) and :math:`L_\mu(R)/m(\{0\})` from
-    :func:`masked_lipschitz_constant`.
-
-    Derivation (derived here, the argument of paper notes §3.2 fibre by fibre): couple
-    :math:`\mu_0, \nu_0` by a plan :math:`\pi` that is optimal in every fibre (it does not move
-    :math:`s`) and carry it along both flows. For coupled tokens at the same :math:`s`,
-    :math:`\frac{d}{dt}|X - Y| \le L_x|X - Y| + \frac{L_\mu}{m(\{0\})}W_1^{\rm cond}(\mu_t,\nu_t)`,
-    and :math:`W_1^{\rm cond} \le W_p^{\rm cond} \le \|X - Y\|_{L^p(\pi)}`; Grönwall on
-    :math:`\|X - Y\|_{L^p(\pi)}` gives the bound (constants evaluated at the final radius
-    :math:`R_t`, which dominates :math:`R_\tau` for :math:`\tau \le t`).
-
-    Parameters
-    ----------
-    A, V : array_like, shape (d, d)
-    R0 : float
-        Radius of the initial supports, > 0.
-    times : array_like, shape (T,)
-        Increasing times, >= 0.
-    sink_mass : float
-        :math:`m(\{0\}) \in (0, 1)`.
-    log : bool, default False
-        Return :math:`\log C(t)` (natural log) instead: :math:`C` overflows float range as soon as
-        :math:`t\,L_\mu/m(\{0\}) > 709`, its logarithm much later.
-
-    Returns
-    -------
-    ndarray, shape (T,)
-        :math:`C(t)` (or its log); ``inf`` where even that overflows.
+    The :math:`L^\infty(m)` counterpart of :math:`W_p^{\rm cond}`, the :math:`L^p(m)` average of
+    the same fibre distances (:func:`fibre_distances`). Masked attention is stable in it with
+    no atom at :math:`s = 0` (chapter "Masked attention", equation ``eq-masked-stability``).
     """
-    A = as_square("A", A)
-    V = as_square("V", V, A.shape[0])
-    R0 = as_positive("R0", R0)
-    t = as_times("times", times)
-    if t[0] < 0:
-        raise ValueError(f"times must be >= 0, got {t[0]!r}")
-    m = _check_sink_mass(sink_mass)
-    R_t = R0 * np.exp(np.linalg.norm(V, 2) * t)
-    with np.errstate(over="ignore", invalid="ignore"):
-        L_x, L_mu = _softmax_constants(A, V, R_t)
-        log_C = np.where(t == 0, 0.0, t * (L_x + L_mu / m))
-        return log_C if log else np.exp(log_C)
+    _, masses, dist = fibre_distances(mu, nu, p)
+    return float(dist[masses > 0].max())
 
+
+# ---- measured sensitivity --------------------------------------------------------------------
 
 class Sensitivity(NamedTuple):
     """Result of :func:`sensitivity`.
@@ -343,29 +307,42 @@ class Sensitivity(NamedTuple):
     ratio : ndarray, same shape as ``distance``
         ``distance / distance[..., 0]``.
     p : float or tuple of float
+    sup_distance, sup_ratio : ndarray, same shape as ``distance``, or None
+        The same for the supremum over fibres :math:`\\sup_s W_p(\\mu_{t,s}, \\nu_{t,s})`
+        (with ``sup=True``).
     """
 
     times: np.ndarray
     distance: np.ndarray
     ratio: np.ndarray
     p: object
+    sup_distance: np.ndarray = None
+    sup_ratio: np.ndarray = None
 
 
-def sensitivity(att, mu, nu, T, p=2, n_times=21, method="rk4", h=None):
+def _both_distances(mu, nu, ps):
+    """(W_p^cond, sup-fibre W_p) for each p, from one set of fibre distances per p."""
+    cond, sup = [], []
+    for q in ps:
+        _, masses, dist = fibre_distances(mu, nu, q)
+        cond.append(float(np.sum(masses * dist ** q)) ** (1.0 / q))
+        sup.append(float(dist[masses > 0].max()))
+    return cond, sup
+
+
+def sensitivity(att, mu, nu, T, p=2, n_times=21, method="rk4", h=None, sup=False):
     r"""Measured stability ratio :math:`W_p^{\rm cond}(\mu_t, \nu_t) / W_p^{\rm cond}(\mu_0, \nu_0)`.
 
     Both measures are simulated with :func:`tpde_lib.particles.simulate` (same attention, same
-    times, same integrator) and compared with
-    :func:`tpde_lib.transport.conditional_wasserstein` at every output time. This is the
-    measured counterpart of :func:`masked_stability_bound` (paper notes §4.2).
+    times, same integrator) and compared fibre by fibre (:func:`fibre_distances`) at every
+    output time: the measured counterpart of :func:`masked_stability_constant`.
 
     Parameters
     ----------
     att : attention
         Typically causal, e.g. ``Softmax(A, V, causal=True)``.
     mu, nu : Empirical
-        With positions and the same position marginal (checked by the distance), and
-        :math:`W_p^{\rm cond}(\mu, \nu) > 0`.
+        With positions and the same position marginal, and :math:`W_p^{\rm cond}(\mu, \nu) > 0`.
     T : float or array_like
         Final time (output times ``linspace(0, T, n_times)``), or the output times themselves
         (increasing, starting at 0).
@@ -376,6 +353,8 @@ def sensitivity(att, mu, nu, T, p=2, n_times=21, method="rk4", h=None):
         Number of output times when ``T`` is a float.
     method, h
         Passed to ``simulate``.
+    sup : bool, default False
+        Also measure the supremum over fibres, :func:`sup_fibre_distance`.
 
     Returns
     -------
@@ -385,8 +364,8 @@ def sensitivity(att, mu, nu, T, p=2, n_times=21, method="rk4", h=None):
     Raises
     ------
     ValueError
-        Positions missing or marginals differ (from the distance); identical initial measures
-        (ratio undefined); times not starting at 0.
+        Positions missing or marginals differ; identical initial measures (ratio undefined);
+        times not starting at 0.
     """
     if np.ndim(T) == 0:
         T = as_positive("T", T)
@@ -398,33 +377,43 @@ def sensitivity(att, mu, nu, T, p=2, n_times=21, method="rk4", h=None):
         if times[0] != 0:
             raise ValueError(f"the output times T must start at 0, got {times[0]!r}")
     ps = tuple(np.atleast_1d(np.asarray(p, dtype=float)).tolist())
-    d0 = np.array([conditional_wasserstein(mu, nu, q) for q in ps])
-    if np.any(d0 <= 0):
+    cond0, sup0 = _both_distances(mu, nu, ps)
+    if min(cond0) <= 0:
         raise ValueError("mu and nu must differ (W_p^cond(mu, nu) = 0: the ratio is undefined)")
     traj_mu = simulate(att, mu, times, method=method, h=h)
     traj_nu = simulate(att, nu, times, method=method, h=h)
-    dist = np.empty((len(ps), times.size))
-    dist[:, 0] = d0
+    cond, sups = np.empty((len(ps), times.size)), np.empty((len(ps), times.size))
+    cond[:, 0], sups[:, 0] = cond0, sup0
     for k in range(1, times.size):
-        mk, nk = traj_mu.measure(k), traj_nu.measure(k)
-        dist[:, k] = [conditional_wasserstein(mk, nk, q) for q in ps]
-    ratio = dist / d0[:, None]
+        cond[:, k], sups[:, k] = _both_distances(traj_mu.measure(k), traj_nu.measure(k), ps)
+    out = [cond, cond / cond[:, :1], sups, sups / sups[:, :1]]
     if np.ndim(p) == 0:
-        return Sensitivity(times, dist[0], ratio[0], ps[0])
-    return Sensitivity(times, dist, ratio, ps)
+        out = [a[0] for a in out]
+    p_out = ps[0] if np.ndim(p) == 0 else ps
+    if not sup:
+        return Sensitivity(times, out[0], out[1], p_out)
+    return Sensitivity(times, out[0], out[1], p_out, out[2], out[3])
+
+
+def _final_ratios(res, sup):
+    return (res.ratio[..., -1], res.sup_ratio[..., -1]) if sup else res.ratio[..., -1]
+
+
+def _stack(results, sup):
+    if sup:
+        return np.stack([r[0] for r in results], axis=-1), np.stack([r[1] for r in results], axis=-1)
+    return np.stack(results, axis=-1)
 
 
 def sink_mass_sweep(att, points, sink_masses, shift, T, n_sink, p=(1, 2), n_times=2, method="rk4",
-                    h=None):
-    r"""Sensitivity to a perturbation of the sink fibre, as the sink's mass :math:`m(\{0\})` varies.
+                    h=None, sup=False):
+    r"""Sensitivity to a shift of the sink fibre, as the sink's mass :math:`m(\{0\})` varies.
 
     For each mass the same tokens ``points`` get the positions and weights of
     :func:`sink_positions` with a fixed number ``n_sink`` of sink tokens (so only the weights
     change with the mass); :math:`\nu_0` is :math:`\mu_0` with its sink fibre translated by
     ``shift`` (:func:`shift_prefix`), so :math:`W_p^{\rm cond}(\mu_0, \nu_0) =
-    |{\rm shift}|\,m(\{0\})^{1/p}`. Returns the measured ratio
-    :math:`W_p^{\rm cond}(\mu_T, \nu_T)/W_p^{\rm cond}(\mu_0, \nu_0)` for every mass, to be compared
-    with the :math:`1/m(\{0\})` of :func:`masked_lipschitz_constant`.
+    |{\rm shift}|\,m(\{0\})^{1/p}`. Returns the measured ratios at time ``T``.
 
     Parameters
     ----------
@@ -439,21 +428,67 @@ def sink_mass_sweep(att, points, sink_masses, shift, T, n_sink, p=(1, 2), n_time
         Final time.
     n_sink : int
     p : float or sequence of float
-    n_times, method, h
+    n_times, method, h, sup
         As in :func:`sensitivity`.
 
     Returns
     -------
     ndarray, shape (M,) for a scalar ``p``, (P, M) otherwise
-        The ratios at time ``T``.
+        The :math:`W_p^{\rm cond}` ratios at ``T``; with ``sup=True`` a pair (these, the ratios
+        of the supremum over fibres).
     """
     masses = as_float_array("sink_masses", sink_masses, ndim=1)
     out = []
     for m in masses:   # one pair of simulations per mass (the tokens are vectorised inside)
         mu = with_sink(points, m, n_sink)
-        nu = shift_prefix(mu, shift)
-        out.append(sensitivity(att, mu, nu, T, p=p, n_times=n_times, method=method, h=h).ratio[..., -1])
-    return np.stack(out, axis=-1)
+        res = sensitivity(att, mu, shift_prefix(mu, shift), T, p=p, n_times=n_times,
+                          method=method, h=h, sup=sup)
+        out.append(_final_ratios(res, sup))
+    return _stack(out, sup)
+
+
+def prefix_sweep(att, mu, s_max_values, shift, T, p=(1, 2), method="rk4", h=None, sup=False):
+    r"""Sensitivity to a shift of the prefix :math:`[0, s_{\max}]`, as :math:`s_{\max}` varies.
+
+    :math:`\nu_0` is :math:`\mu_0` with its tokens at :math:`s \le s_{\max}` translated by
+    ``shift`` (:func:`shift_prefix`); :math:`\mu` is simulated once for all values.
+
+    Parameters
+    ----------
+    att : attention
+        Causal.
+    mu : Empirical
+        With positions.
+    s_max_values : array_like, shape (M,)
+        Each must move at least one token of positive weight.
+    shift : array_like, shape (d,)
+    T : float
+        Final time.
+    p, method, h, sup
+        As in :func:`sensitivity`.
+
+    Returns
+    -------
+    ndarray or pair of ndarray
+        As for :func:`sink_mass_sweep`.
+    """
+    s_max = as_float_array("s_max_values", s_max_values, ndim=1)
+    T = as_positive("T", T)
+    ps = tuple(np.atleast_1d(np.asarray(p, dtype=float)).tolist())
+    end_mu = simulate(att, mu, [0.0, T], method=method, h=h).measure(1)
+    out = []
+    for value in s_max:
+        nu = shift_prefix(mu, shift, s_max=value)
+        cond0, sup0 = _both_distances(mu, nu, ps)
+        if min(cond0) <= 0:
+            raise ValueError(f"s_max = {value!r} moves no token of positive weight")
+        condT, supT = _both_distances(end_mu, simulate(att, nu, [0.0, T], method=method,
+                                                       h=h).measure(1), ps)
+        ratio, sup_ratio = np.divide(condT, cond0), np.divide(supT, sup0)
+        if np.ndim(p) == 0:
+            ratio, sup_ratio = ratio[0], sup_ratio[0]
+        out.append((ratio, sup_ratio) if sup else ratio)
+    return _stack(out, sup)
 
 
 def fit_exponent(x, y):
@@ -467,7 +502,7 @@ def fit_exponent(x, y):
     Returns
     -------
     b : float
-        The fitted exponent (e.g. :math:`b = -1` for the :math:`1/m(\{0\})` of the bound).
+        The fitted exponent.
     c : float
         The prefactor.
     """
@@ -477,3 +512,4 @@ def fit_exponent(x, y):
         raise ValueError("x and y must hold at least two positive values each")
     b, log_c = np.polyfit(np.log(x), np.log(y), 1)
     return float(b), float(np.exp(log_c))
+

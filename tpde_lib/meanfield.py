@@ -84,7 +84,8 @@ def sunflower(n, radius=1.0):
     Each point stands for an annulus of area :math:`\pi R^2/n`, and consecutive points turn by
     the golden angle, so the points are spread evenly at spacing about :math:`R\sqrt{\pi/n}`:
     integrals of smooth functions converge much faster than with ``n`` random samples (the
-    tests measure an error of order :math:`1/n`, against :math:`n^{-1/2}` for Monte Carlo).
+    tests measure errors below :math:`1/n`, irregular in ``n``, against :math:`n^{-1/2}` for
+    Monte Carlo).
 
     Parameters
     ----------

@@ -20,7 +20,7 @@ experiments), ``energy`` (gradient-flow structure), ``claims`` (the book's ledge
 ``widgets`` (figures, panels and their static twins).
 """
 
-from . import official
+from . import meanfield, official
 from .attention import (
     L2,
     Attention,
@@ -55,7 +55,7 @@ __all__ = [
     "simulate", "Trajectory",
     "simulate_gaussian", "simulate_gaussian_batch", "GaussianTrajectory", "GaussianBatch",
     "affine_defect", "solve_batch",
-    "projected_euler", "official",
+    "projected_euler", "official", "meanfield",
     "wasserstein", "bures_wasserstein", "conditional_wasserstein",
 ]
 __version__ = "0.2.0"

@@ -17,7 +17,7 @@ at :math:`s = 0`, the *attention sink* (chapter "Masked attention", equations
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 import ot
@@ -33,6 +33,7 @@ from .masked_bounds import (
     masked_stability_constant,
     prefix_average_matrix,
 )
+from .meanfield import fit_rate
 from .measures import Empirical
 from .particles import simulate
 
@@ -296,7 +297,8 @@ def sup_fibre_distance(mu, nu, p=2):
 
 # ---- measured sensitivity --------------------------------------------------------------------
 
-class Sensitivity(NamedTuple):
+@dataclass(frozen=True)
+class Sensitivity:
     """Result of :func:`sensitivity`.
 
     Attributes
@@ -505,11 +507,10 @@ def fit_exponent(x, y):
         The fitted exponent.
     c : float
         The prefactor.
+
+    A shorthand for :func:`tpde_lib.meanfield.fit_rate` (which also gives the confidence
+    interval).
     """
-    x = as_float_array("x", x, ndim=1)
-    y = as_float_array("y", y, shape=(x.size,))
-    if x.size < 2 or np.any(x <= 0) or np.any(y <= 0):
-        raise ValueError("x and y must hold at least two positive values each")
-    b, log_c = np.polyfit(np.log(x), np.log(y), 1)
-    return float(b), float(np.exp(log_c))
+    fit = fit_rate(x, y)
+    return fit.slope, fit.prefactor
 

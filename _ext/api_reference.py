@@ -446,11 +446,14 @@ def module_page(modname, mod, entries):
     return "\n".join(lines).rstrip() + "\n"
 
 
+_RST_ROLE = re.compile(r"(?<![\w`]):((?:\w+:)?\w+):`")  # :math:`x` -> {math}`x` (MyST)
+
+
 def module_list(modules):
     """The table of modules that ``api/index.md`` includes: link, summary, number of names."""
     rows = ["| module | what it holds | public names |", "|---|---|---|"]
     for modname, mod in modules.items():
-        summary = _summary(mod).replace("|", "\\|")
+        summary = _RST_ROLE.sub(r"{\1}`", _summary(mod)).replace("|", "\\|")
         rows.append(f"| [`{modname}`]({modname}.md) | {summary} | {len(public_names(mod))} |")
     return MARKER + "\n\n" + "\n".join(rows) + "\n"
 

@@ -2,8 +2,10 @@ r"""2×2 covariance trajectories: the PSD cone in 3-D, the normalised-trace disk
 
 A 2×2 covariance :math:`\Sigma = \begin{pmatrix}a&c\\c&b\end{pmatrix}` is drawn at
 :math:`(a-b, 2c, a+b)`: the PSD cone becomes the round cone :math:`z \ge \sqrt{x^2+y^2}`, whose
-boundary holds the rank-one matrices and whose apex is :math:`0` (paper notes §7.3). The disk view
-plots :math:`\Sigma/\operatorname{tr}\Sigma`: the unit circle is rank one, the centre isotropic.
+boundary holds the rank-one matrices and whose apex is :math:`0`: the eigenvalues of
+:math:`\Sigma` are :math:`(z \pm \sqrt{x^2+y^2})/2` (derived in the appendix "Derivations",
+:eq:`eq-cone`). The disk view plots :math:`\Sigma/\operatorname{tr}\Sigma`: the unit circle is
+rank one, the centre isotropic. These are the coordinates of the authors' plotting code.
 """
 
 from __future__ import annotations

@@ -533,6 +533,30 @@ def _missing_reference(app, env, node, contnode):
     return None
 
 
+_FOOT_REF = re.compile(r"\[(\d+|#\w*|\*)\]_")
+_FOOT_DEF = re.compile(r"^(\s*)\.\. \[(\d+|#\w*|\*)\]\s?(.*)$")
+
+
+def _plain_footnotes(app, what, name, obj, options, lines):
+    """Numbered RST footnotes of a docstring (``[1]_`` and ``.. [1] text``, POT's reference style)
+    as plain "[1]" text: inside a MyST page's ``{eval-rst}`` block MyST's own footnote pass claims
+    every footnote reference and fails to find its definition. The reference list then reads as
+    a list of numbered entries, and the in-text "[1]" names the entry."""
+    out, inside = [], None
+    for line in lines:
+        m = _FOOT_DEF.match(line)
+        if m:
+            inside = len(m.group(1))
+            out.append(f"{m.group(1)}| [{m.group(2)}] {m.group(3)}")
+            continue
+        if inside is not None and line.strip() and len(line) - len(line.lstrip()) > inside:
+            out.append(" " * inside + "  " + line.strip())  # continuation of the entry
+            continue
+        inside = None
+        out.append(_FOOT_REF.sub(lambda m: f"[{m.group(1)}]", line))
+    lines[:] = out
+
+
 def _myst_config(app):
     from myst_parser.config.main import MdParserConfig
 
@@ -551,4 +575,5 @@ def setup(app):
     app.connect("config-inited", _set_defaults)
     app.connect("builder-inited", _builder_inited)
     app.connect("missing-reference", _missing_reference)
+    app.connect("autodoc-process-docstring", _plain_footnotes, priority=600)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}

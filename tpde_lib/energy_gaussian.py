@@ -175,7 +175,7 @@ def sinkhorn_gain_gaussian(cov, A, eps=1.0):
 
 
 def interaction_energy_gaussian(cov, A, mean=None):
-    r"""Closed form of :func:`interaction_energy` for :math:`\mu = \mathcal N(\alpha,\Sigma)`.
+    r"""Closed form of :func:`~tpde_lib.energy.interaction_energy` for a Gaussian :math:`\mu`.
 
     Derived in the chapter "Gradient flows" (Gaussian integral of :math:`e^{y^\top Ax}` over
     :math:`x, y` i.i.d.): with :math:`R = \Sigma^{1/2}` and :math:`C = RAR`, the energy is finite

@@ -203,7 +203,7 @@ def masked_stability_constant(A, V, R0, times, masses, p, log=False):
     times : array_like, shape (T,)
         Increasing, >= 0.
     masses : array_like, shape (K,)
-        The position marginal's masses in increasing position (see :func:`position_marginal`).
+        The position marginal's masses in increasing position (see :func:`tpde_lib.masked.position_marginal`).
     p : float
         ``p >= 1`` or ``inf``.
     log : bool, default False

@@ -12,7 +12,7 @@ built from query/key matrices :math:`Q, K\in\mathbb R^{k\times d}`; :math:`V\in\
 merges the value and output matrices. Every matrix may be a constant array or a callable
 ``t -> array`` (layer-dependent weights).
 
-Every variant is a subclass of :class:`Attention` (the protocol is in :mod:`._base`) and
+Every variant is a subclass of :class:`Attention` (the protocol is in ``_base.py``) and
 evaluates its interactions with the blocked engine :func:`kernel_sums`.
 
 Modules: ``_base`` (the protocol), ``_kernels`` (the engine), ``_bilinear`` (softmax,

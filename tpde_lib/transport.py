@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 import ot
+from scipy.spatial.distance import cdist
 
-from ._checks import as_at_least
+from ._checks import as_at_least, as_choice, as_count, as_instance, as_seed, unit_scale
 from ._linalg import psd_sqrt
 from .measures import Empirical, Gaussian
 
@@ -27,12 +28,16 @@ _EMD_MAX_ITER = 100_000_000
 # two fibres of the conditional distance must carry the same mass to this absolute tolerance
 # (the same tolerance Empirical uses for weights summing to 1)
 MARGINAL_TOL = 1e-9
+# an optimal cost (in units of the largest distance to the p) below this may have lost terms to
+# underflow: the distances are then rescaled by the bottleneck distance (see _wp_cost)
+_SAFE_COST = 1e-200
+# costs are clipped here after rescaling (a plan using a clipped entry is never optimal)
+_COST_CLIP = 1e300
 
 
 def _check_pair(mu, nu):
     for name, m in (("mu", mu), ("nu", nu)):
-        if not isinstance(m, Empirical):
-            raise TypeError(f"{name} must be an Empirical measure, got {type(m).__name__}")
+        as_instance(name, m, Empirical, "an Empirical measure")
     if mu.d != nu.d:
         raise ValueError(f"nu must live in the same dimension as mu: mu has d={mu.d}, "
                          f"nu has d={nu.d}")
@@ -42,10 +47,16 @@ def _check_p(p):
     return as_at_least("p", p, 1.0, " (W_p is a metric only for p >= 1)")
 
 
-def _cost_matrix(x, y, p):
-    """|x_i - y_j|^p, shape (n, m); the squared case without a square root (exact for p = 2)."""
-    sq = np.maximum(ot.dist(x, y, metric="sqeuclidean"), 0.0)
-    return sq if p == 2 else sq ** (p / 2)
+def _distances(x, y):
+    r"""``(D, scale)`` with ``|x_i - y_j| = scale * D_ij``, D of shape (n, m).
+
+    The distances are formed from coordinate differences (``cdist``), never as
+    :math:`|x|^2 + |y|^2 - 2\langle x, y\rangle` (which cancels: at 1e8 it loses every digit of a
+    distance 1), on points divided by a common power of two so that nothing overflows (1e300) or
+    underflows (1e-300) needlessly.
+    """
+    scale = unit_scale(x, y)
+    return cdist(x / scale, y / scale), scale
 
 
 def _exact_cost(a, b, M):
@@ -54,6 +65,67 @@ def _exact_cost(a, b, M):
     if log.get("warning"):
         raise RuntimeError(f"exact optimal transport did not converge: {log['warning']}")
     return max(float(cost), 0.0)
+
+
+def _bottleneck(a, b, D):
+    """Smallest distance tau such that a coupling of a and b uses only entries with D <= tau.
+
+    Bisection over the distinct distances, each test an exact OT problem with 0/1 costs. For
+    any p, ``w_min**(1/p) * tau <= W_p <= tau``, so tau is the scale at which ``W_p^p`` neither
+    underflows nor overflows.
+    """
+    values = np.unique(D)
+    lo, hi = 0, values.size - 1      # values[hi] = max D is always feasible
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _exact_cost(a, b, (D > values[mid]).astype(float)) <= 1e-13:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo])
+
+
+def _wp_cost(a, b, D, p):
+    r""":math:`(\min_\pi \sum \pi_{ij} D_{ij}^p)^{1/p}`, stable for every p >= 1.
+
+    The cost is taken in units of the largest distance L, :math:`(D/L)^p \in [0, 1]`, so it never
+    overflows. At large p the entries much smaller than L underflow to 0; when the optimal
+    value is small enough for that to matter (below ``_SAFE_COST``), the units are changed to the
+    bottleneck distance (where the optimal value is of order 1) and entries far above it clipped
+    to ``_COST_CLIP`` (a coupling using them is never optimal).
+    """
+    L = float(D.max())
+    if L == 0.0:
+        return 0.0
+    with np.errstate(under="ignore"):
+        v = _exact_cost(a, b, (D / L) ** p)
+    if v < _SAFE_COST:
+        L = _bottleneck(a, b, D)
+        if L == 0.0:
+            return 0.0
+        with np.errstate(under="ignore", over="ignore"):
+            v = _exact_cost(a, b, np.minimum((D / L) ** p, _COST_CLIP))
+    return L * v ** (1.0 / p)
+
+
+def _sliced(x, y, a, b, p, theta):
+    """Sliced W_p over the directions ``theta`` (d, L), each 1-D term in units of its own extent."""
+    scale = unit_scale(x, y)
+    u, v = (x / scale) @ theta, (y / scale) @ theta            # (n, L), (m, L)
+    extent = np.maximum(u.max(axis=0) - v.min(axis=0), v.max(axis=0) - u.min(axis=0))
+    extent = np.where(extent > 0, extent, 1.0)
+    L = theta.shape[1]
+    with np.errstate(under="ignore"):
+        w1d = ot.lp.wasserstein_1d(u / extent, v / extent, np.repeat(a[:, None], L, axis=1),
+                                   np.repeat(b[:, None], L, axis=1), p=p)   # (L,) in [0, 1]
+    w1d = np.asarray(w1d, dtype=float)
+    # mean_l extent_l^p w1d_l, to the power 1/p, in the log domain (extent_l^p may overflow)
+    keep = w1d > 0
+    if not np.any(keep):
+        return 0.0
+    logs = p * np.log(extent[keep]) + np.log(w1d[keep])
+    top = logs.max()
+    return float(scale * np.exp((top + np.log(np.sum(np.exp(logs - top)) / L)) / p))
 
 
 def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
@@ -88,9 +160,14 @@ def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
         small-regularisation Sinkhorn was 100-1000 times slower than the exact simplex at every n
         where the (n, m) cost matrix fits in memory (n = 300, p = 2: 5 s against 10 ms).
     n_projections : int, default 200
-        Number of directions for ``method="sliced"``.
+        Number of directions for ``method="sliced"`` (an ``int >= 1``; validated for every method).
     seed : int, default 0
-        Seed of the projections for ``method="sliced"``.
+        Seed of the projections for ``method="sliced"`` (an ``int >= 0``; validated for every
+        method).
+
+    Both methods form distances from coordinate differences (no cancellation: the distance
+    between 1e8 and 1e8 + 1 is exactly 1) and raise them to the power p in units of the largest
+    distance (no overflow or underflow at large p, or at scales 1e-300 ... 1e300).
 
     Returns
     -------
@@ -99,9 +176,11 @@ def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
     Raises
     ------
     TypeError
-        ``mu`` or ``nu`` not an :class:`~tpde_lib.measures.Empirical`.
+        ``mu`` or ``nu`` not an :class:`~tpde_lib.measures.Empirical`; ``p`` not a real number;
+        ``n_projections`` or ``seed`` not an ``int``.
     ValueError
-        Dimensions differ (names ``nu``), ``p < 1`` (names ``p``), unknown ``method``.
+        Dimensions differ (names ``nu``), ``p < 1`` or not finite (names ``p``), unknown
+        ``method``, ``n_projections < 1``, ``seed < 0``.
     RuntimeError
         The exact solver did not reach optimality.
 
@@ -109,17 +188,16 @@ def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
     """
     _check_pair(mu, nu)
     p = _check_p(p)
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    method = as_choice("method", method, _METHODS)
+    n_projections = as_count("n_projections", n_projections, 1)
+    seed = as_seed("seed", seed)
     x, y, a, b = mu.points, nu.points, mu.weights, nu.weights
     if method == "exact":
-        return _exact_cost(a, b, _cost_matrix(x, y, p)) ** (1 / p)
-    # sliced
-    if not isinstance(n_projections, (int, np.integer)) or n_projections < 1:
-        raise ValueError(f"n_projections must be a positive integer, got {n_projections!r}")
-    theta = np.random.default_rng(seed).standard_normal((mu.d, int(n_projections)))
+        D, scale = _distances(x, y)
+        return float(scale * _wp_cost(a, b, D, p))
+    theta = np.random.default_rng(seed).standard_normal((mu.d, n_projections))
     theta /= np.linalg.norm(theta, axis=0, keepdims=True)
-    return float(ot.sliced_wasserstein_distance(x, y, a, b, p=p, projections=theta))
+    return _sliced(x, y, a, b, p, theta)
 
 
 def bures_wasserstein(g1, g2):
@@ -153,15 +231,21 @@ def bures_wasserstein(g1, g2):
     See paper notes §5 and chapter "Gaussian solutions"; Peyré and Cuturi (2019), Remark 2.31.
     """
     for name, g in (("g1", g1), ("g2", g2)):
-        if not isinstance(g, Gaussian):
-            raise TypeError(f"{name} must be a Gaussian, got {type(g).__name__}")
+        as_instance(name, g, Gaussian, "a Gaussian")
     if g1.d != g2.d:
         raise ValueError(f"g2 must have the same dimension as g1: g1 has d={g1.d}, g2 has d={g2.d}")
-    root1 = psd_sqrt(g1.cov)
-    cross = np.linalg.eigvalsh(0.5 * ((root1 @ g2.cov @ root1) + (root1 @ g2.cov @ root1).T))
-    bures2 = np.trace(g1.cov) + np.trace(g2.cov) - 2.0 * np.sqrt(np.clip(cross, 0.0, None)).sum()
-    mean2 = float(np.sum((g1.mean - g2.mean) ** 2))
-    return float(np.sqrt(max(mean2 + bures2, 0.0)))
+    # W_2 is 1-homogeneous: compute it for the Gaussians scaled by a power of two s (means / s,
+    # covariances / s^2, both exact) so that squares of 1e200 or 1e-200 neither overflow nor vanish
+    big = max(float(np.abs(np.concatenate([g1.mean, g2.mean])).max()),
+              float(np.sqrt(max(np.abs(g1.cov).max(), np.abs(g2.cov).max()))))
+    s = unit_scale(np.array(big))
+    m1, m2, c1, c2 = g1.mean / s, g2.mean / s, (g1.cov / s) / s, (g2.cov / s) / s
+    root1 = psd_sqrt(c1)
+    mid = root1 @ c2 @ root1
+    cross = np.linalg.eigvalsh(0.5 * (mid + mid.T))
+    bures2 = np.trace(c1) + np.trace(c2) - 2.0 * np.sqrt(np.clip(cross, 0.0, None)).sum()
+    mean2 = float(np.sum((m1 - m2) ** 2))
+    return float(s * np.sqrt(max(mean2 + bures2, 0.0)))
 
 
 def _fibres(m, name):
@@ -225,22 +309,28 @@ def conditional_wasserstein(mu, nu, p=2):
     count_mu = np.bincount(idx_mu, minlength=s_mu.size)
     count_nu = np.bincount(idx_nu, minlength=s_mu.size)
     single = (count_mu == 1) & (count_nu == 1)
-    total = 0.0
+    # every fibre's W_p, in units of the common power of two `scale` (no overflow/underflow);
+    # the total sum_s m_s W_s^p is then formed in units of the largest fibre distance
+    scale = unit_scale(mu.points, nu.points)
+    fibre_w = np.zeros(s_mu.size)
     if np.any(single):
-        # one token per side: W_p^p of two Diracs is |x - y|^p; scatter the token of each fibre
+        # one token per side: W_p of two Diracs is |x - y|; scatter the token of each fibre
         at_mu = np.empty((s_mu.size, mu.d))
         at_nu = np.empty((s_mu.size, mu.d))
-        at_mu[idx_mu] = mu.points
-        at_nu[idx_nu] = nu.points
-        dist = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
-        total += float(np.sum(m_mu[single] * dist ** p))
+        at_mu[idx_mu] = mu.points / scale
+        at_nu[idx_nu] = nu.points / scale
+        fibre_w[single] = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
     for k in np.flatnonzero(~single & (m_mu > 0)):
         sel_mu, sel_nu = idx_mu == k, idx_nu == k
         a = mu.weights[sel_mu] / m_mu[k]
         b = nu.weights[sel_nu] / m_nu[k]
-        M = _cost_matrix(mu.points[sel_mu], nu.points[sel_nu], p)
-        total += m_mu[k] * _exact_cost(a, b, M)
-    return max(total, 0.0) ** (1 / p)
+        fibre_w[k] = _wp_cost(a, b, cdist(mu.points[sel_mu] / scale, nu.points[sel_nu] / scale), p)
+    top = fibre_w.max()
+    if top == 0.0:
+        return 0.0
+    with np.errstate(under="ignore"):
+        total = float(np.sum(m_mu * (fibre_w / top) ** p))
+    return float(scale * top * total ** (1.0 / p))
 
 
 # ============================================================================================

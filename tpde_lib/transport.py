@@ -28,11 +28,17 @@ _EMD_MAX_ITER = 100_000_000
 # two fibres of the conditional distance must carry the same mass to this absolute tolerance
 # (the same tolerance Empirical uses for weights summing to 1)
 MARGINAL_TOL = 1e-9
-# an optimal cost (in units of the largest distance to the p) below this may have lost terms to
-# underflow: the distances are then rescaled by the bottleneck distance (see _wp_cost)
-_SAFE_COST = 1e-200
-# costs are clipped here after rescaling (a plan using a clipped entry is never optimal)
-_COST_CLIP = 1e300
+# the network simplex resolves costs to ~1e-15 of the largest entry: an optimal value (in units of
+# the largest distance to the p) above this is accurate to ~1e-9 relative; below, see _wp_cost
+_RESOLVED = 1e-6
+# rescaled costs are clipped here (an entry this far above the optimum is never worth using), and
+# the rescaling is repeated at most this many times (it stops as soon as the cost stops falling)
+_COST_CLIP = 1e8
+_MAX_REFINEMENTS = 8
+# plan entries below this are round-off of the simplex's flow updates; quantile intervals below
+# this are round-off of cumulative sums (weights sum to 1 to 1e-9)
+_PLAN_FLOOR = 1e-13
+_QUANTILE_FLOOR = 1e-12
 
 
 def _check_pair(mu, nu):
@@ -59,73 +65,94 @@ def _distances(x, y):
     return cdist(x / scale, y / scale), scale
 
 
-def _exact_cost(a, b, M):
-    """min_pi <pi, M> over couplings of a and b (network simplex), checked for convergence."""
-    cost, log = ot.emd2(a, b, M, numItermax=_EMD_MAX_ITER, log=True)
+def _exact_plan(a, b, M):
+    """An optimal coupling of a and b for the cost M (network simplex), checked for convergence.
+
+    Entries below ``_PLAN_FLOOR`` are round-off of the simplex's flow updates and set to 0.
+    """
+    plan, log = ot.emd(a, b, M, numItermax=_EMD_MAX_ITER, log=True)
     if log.get("warning"):
         raise RuntimeError(f"exact optimal transport did not converge: {log['warning']}")
-    return max(float(cost), 0.0)
+    plan = np.asarray(plan, dtype=float)
+    plan[plan < _PLAN_FLOOR] = 0.0
+    return plan
 
 
-def _bottleneck(a, b, D):
-    """Smallest distance tau such that a coupling of a and b uses only entries with D <= tau.
-
-    Bisection over the distinct distances, each test an exact OT problem with 0/1 costs. For
-    any p, ``w_min**(1/p) * tau <= W_p <= tau``, so tau is the scale at which ``W_p^p`` neither
-    underflows nor overflows.
-    """
-    values = np.unique(D)
-    lo, hi = 0, values.size - 1      # values[hi] = max D is always feasible
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _exact_cost(a, b, (D > values[mid]).astype(float)) <= 1e-13:
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(values[lo])
+def _plan_cost(plan, D, p):
+    r""":math:`(\sum_{ij} \pi_{ij} D_{ij}^p)^{1/p}`, in units of the largest distance it uses."""
+    used = plan > 0
+    top = float(D[used].max()) if np.any(used) else 0.0
+    if top == 0.0:
+        return 0.0
+    with np.errstate(under="ignore"):
+        return top * float(np.sum(plan[used] * (D[used] / top) ** p)) ** (1.0 / p)
 
 
 def _wp_cost(a, b, D, p):
-    r""":math:`(\min_\pi \sum \pi_{ij} D_{ij}^p)^{1/p}`, stable for every p >= 1.
+    r""":math:`(\min_\pi \sum_{ij} \pi_{ij} D_{ij}^p)^{1/p}` for distances D, stable for all p >= 1.
 
-    The cost is taken in units of the largest distance L, :math:`(D/L)^p \in [0, 1]`, so it never
-    overflows. At large p the entries much smaller than L underflow to 0; when the optimal
-    value is small enough for that to matter (below ``_SAFE_COST``), the units are changed to the
-    bottleneck distance (where the optimal value is of order 1) and entries far above it clipped
-    to ``_COST_CLIP`` (a coupling using them is never optimal).
+    The network simplex resolves costs only to about 1e-15 of the largest entry. So the cost is
+    first taken in units of the largest distance, :math:`(D/\max D)^p \in [0, 1]` (no overflow);
+    if the optimal value is then below ``_RESOLVED`` (large p, or distances spread over many
+    orders of magnitude: the optimal entries underflow or fall below the resolution), the problem
+    is solved again in units of the best cost found so far, where the optimum is of order 1, with
+    entries above ``_COST_CLIP`` clipped (they are never worth using), until it stops improving.
+    The value returned is then the cost of an actual coupling, computed stably.
     """
-    L = float(D.max())
-    if L == 0.0:
+    top = float(D.max())
+    if top == 0.0:
         return 0.0
     with np.errstate(under="ignore"):
-        v = _exact_cost(a, b, (D / L) ** p)
-    if v < _SAFE_COST:
-        L = _bottleneck(a, b, D)
-        if L == 0.0:
+        plan = _exact_plan(a, b, (D / top) ** p)
+        value = float(np.sum(plan * (D / top) ** p))
+    if value >= _RESOLVED:
+        return top * value ** (1.0 / p)
+    best = _plan_cost(plan, D, p)
+    for _ in range(_MAX_REFINEMENTS):
+        if best == 0.0:
             return 0.0
         with np.errstate(under="ignore", over="ignore"):
-            v = _exact_cost(a, b, np.minimum((D / L) ** p, _COST_CLIP))
-    return L * v ** (1.0 / p)
+            plan = _exact_plan(a, b, np.minimum((D / best) ** p, _COST_CLIP))
+        cost = _plan_cost(plan, D, p)
+        if not cost < best * (1.0 - 1e-12):
+            break
+        best = cost
+    return best
 
 
 def _sliced(x, y, a, b, p, theta):
-    """Sliced W_p over the directions ``theta`` (d, L), each 1-D term in units of its own extent."""
+    r"""Sliced W_p over the unit directions ``theta`` (d, L): mean over l of :math:`W_p^p` in 1-D.
+
+    Each 1-D distance is the quantile matching: the sorted atoms of both sides are paired on the
+    common refinement of their cumulative weights; its p-th power is taken in units of the
+    largest gap that carries mass, and the mean over directions in the log domain, so nothing
+    overflows or underflows at any scale or p.
+    """
     scale = unit_scale(x, y)
     u, v = (x / scale) @ theta, (y / scale) @ theta            # (n, L), (m, L)
-    extent = np.maximum(u.max(axis=0) - v.min(axis=0), v.max(axis=0) - u.min(axis=0))
-    extent = np.where(extent > 0, extent, 1.0)
-    L = theta.shape[1]
-    with np.errstate(under="ignore"):
-        w1d = ot.lp.wasserstein_1d(u / extent, v / extent, np.repeat(a[:, None], L, axis=1),
-                                   np.repeat(b[:, None], L, axis=1), p=p)   # (L,) in [0, 1]
-    w1d = np.asarray(w1d, dtype=float)
-    # mean_l extent_l^p w1d_l, to the power 1/p, in the log domain (extent_l^p may overflow)
-    keep = w1d > 0
+    n, m, L = u.shape[0], v.shape[0], theta.shape[1]
+    ou, ov = np.argsort(u, axis=0), np.argsort(v, axis=0)
+    u, v = np.take_along_axis(u, ou, axis=0), np.take_along_axis(v, ov, axis=0)
+    cu, cv = np.cumsum(a[ou], axis=0), np.cumsum(b[ov], axis=0)   # cumulative weights, per column
+    q = np.sort(np.concatenate([np.zeros((1, L)), cu, cv]), axis=0)
+    mass = np.diff(q, axis=0)                                     # (n + m, L)
+    mid = 0.5 * (q[1:] + q[:-1])
+    # column-wise searchsorted in one call: shift column l by 2 l (cumulative weights lie in [0, 1 + 1e-9])
+    shift = 2.0 * np.arange(L)
+    iu = np.searchsorted((cu + shift).T.ravel(), (mid + shift).T.ravel()).reshape(L, -1).T - n * np.arange(L)
+    iv = np.searchsorted((cv + shift).T.ravel(), (mid + shift).T.ravel()).reshape(L, -1).T - m * np.arange(L)
+    iu, iv = np.clip(iu, 0, n - 1), np.clip(iv, 0, m - 1)
+    gaps = np.abs(np.take_along_axis(u, iu, axis=0) - np.take_along_axis(v, iv, axis=0))
+    gaps = np.where(mass > _QUANTILE_FLOOR, gaps, 0.0)           # round-off slivers carry no mass
+    top = gaps.max(axis=0)                                        # (L,)
+    keep = top > 0
     if not np.any(keep):
         return 0.0
-    logs = p * np.log(extent[keep]) + np.log(w1d[keep])
-    top = logs.max()
-    return float(scale * np.exp((top + np.log(np.sum(np.exp(logs - top)) / L)) / p))
+    with np.errstate(under="ignore"):
+        unit = np.sum(mass[:, keep] * (gaps[:, keep] / top[keep]) ** p, axis=0)
+    logs = p * np.log(top[keep]) + np.log(unit)                   # log W_p^p per direction
+    peak = logs.max()
+    return float(scale * np.exp((peak + np.log(np.sum(np.exp(logs - peak)) / L)) / p))
 
 
 def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):

@@ -39,6 +39,8 @@ _MAX_REFINEMENTS = 8
 # this are round-off of cumulative sums (weights sum to 1 to 1e-9)
 _PLAN_FLOOR = 1e-13
 _QUANTILE_FLOOR = 1e-12
+# numbers per (n + m, directions) array of the sliced distance (4e6 float64 = 32 MB)
+_BLOCK_ENTRIES = 4_000_000
 
 
 def _check_pair(mu, nu):
@@ -120,38 +122,50 @@ def _wp_cost(a, b, D, p):
     return best
 
 
+def _sliced_logs(u, v, a, b, p):
+    """log W_p^p of the 1-D quantile matching of every column of u (n, L) against v (m, L)."""
+    n, m, L = u.shape[0], v.shape[0], u.shape[1]
+    ou, ov = np.argsort(u, axis=0), np.argsort(v, axis=0)
+    u, v = np.take_along_axis(u, ou, axis=0), np.take_along_axis(v, ov, axis=0)
+    cu, cv = np.cumsum(a[ou], axis=0), np.cumsum(b[ov], axis=0)   # cumulative weights, per column
+    q = np.sort(np.concatenate([np.zeros((1, L)), cu, cv]), axis=0)
+    mass = np.diff(q, axis=0)                                     # (n + m, L)
+    mid = (0.5 * (q[1:] + q[:-1])).T
+    # column-wise searchsorted in one call: shift column l by 2 l (cumulative weights lie in [0, 1 + 1e-9])
+    col = np.arange(L)[:, None]
+    probe = (mid + 2.0 * col).ravel()
+    iu = np.searchsorted((cu.T + 2.0 * col).ravel(), probe).reshape(L, -1) - n * col
+    iv = np.searchsorted((cv.T + 2.0 * col).ravel(), probe).reshape(L, -1) - m * col
+    iu, iv = np.clip(iu.T, 0, n - 1), np.clip(iv.T, 0, m - 1)
+    gaps = np.abs(np.take_along_axis(u, iu, axis=0) - np.take_along_axis(v, iv, axis=0))
+    gaps = np.where(mass > _QUANTILE_FLOOR, gaps, 0.0)           # round-off slivers carry no mass
+    top = gaps.max(axis=0)                                        # (L,)
+    logs = np.full(L, -np.inf)
+    keep = top > 0
+    with np.errstate(under="ignore"):
+        unit = np.sum(mass[:, keep] * (gaps[:, keep] / top[keep]) ** p, axis=0)
+    logs[keep] = p * np.log(top[keep]) + np.log(unit)
+    return logs
+
+
 def _sliced(x, y, a, b, p, theta):
     r"""Sliced W_p over the unit directions ``theta`` (d, L): mean over l of :math:`W_p^p` in 1-D.
 
     Each 1-D distance is the quantile matching: the sorted atoms of both sides are paired on the
     common refinement of their cumulative weights; its p-th power is taken in units of the
     largest gap that carries mass, and the mean over directions in the log domain, so nothing
-    overflows or underflows at any scale or p.
+    overflows or underflows at any scale or p. Directions are processed in chunks of at most
+    ``_BLOCK_ENTRIES`` numbers per array.
     """
     scale = unit_scale(x, y)
-    u, v = (x / scale) @ theta, (y / scale) @ theta            # (n, L), (m, L)
-    n, m, L = u.shape[0], v.shape[0], theta.shape[1]
-    ou, ov = np.argsort(u, axis=0), np.argsort(v, axis=0)
-    u, v = np.take_along_axis(u, ou, axis=0), np.take_along_axis(v, ov, axis=0)
-    cu, cv = np.cumsum(a[ou], axis=0), np.cumsum(b[ov], axis=0)   # cumulative weights, per column
-    q = np.sort(np.concatenate([np.zeros((1, L)), cu, cv]), axis=0)
-    mass = np.diff(q, axis=0)                                     # (n + m, L)
-    mid = 0.5 * (q[1:] + q[:-1])
-    # column-wise searchsorted in one call: shift column l by 2 l (cumulative weights lie in [0, 1 + 1e-9])
-    shift = 2.0 * np.arange(L)
-    iu = np.searchsorted((cu + shift).T.ravel(), (mid + shift).T.ravel()).reshape(L, -1).T - n * np.arange(L)
-    iv = np.searchsorted((cv + shift).T.ravel(), (mid + shift).T.ravel()).reshape(L, -1).T - m * np.arange(L)
-    iu, iv = np.clip(iu, 0, n - 1), np.clip(iv, 0, m - 1)
-    gaps = np.abs(np.take_along_axis(u, iu, axis=0) - np.take_along_axis(v, iv, axis=0))
-    gaps = np.where(mass > _QUANTILE_FLOOR, gaps, 0.0)           # round-off slivers carry no mass
-    top = gaps.max(axis=0)                                        # (L,)
-    keep = top > 0
-    if not np.any(keep):
-        return 0.0
-    with np.errstate(under="ignore"):
-        unit = np.sum(mass[:, keep] * (gaps[:, keep] / top[keep]) ** p, axis=0)
-    logs = p * np.log(top[keep]) + np.log(unit)                   # log W_p^p per direction
+    xs, ys = x / scale, y / scale
+    L = theta.shape[1]
+    chunk = max(1, _BLOCK_ENTRIES // (xs.shape[0] + ys.shape[0] + 1))
+    logs = np.concatenate([_sliced_logs(xs @ theta[:, k:k + chunk], ys @ theta[:, k:k + chunk], a, b, p)
+                           for k in range(0, L, chunk)])
     peak = logs.max()
+    if peak == -np.inf:
+        return 0.0
     return float(scale * np.exp((peak + np.log(np.sum(np.exp(logs - peak)) / L)) / p))
 
 

@@ -349,3 +349,36 @@ def test_softmax_velocity_is_finite_and_correct_or_raises(n, d, data, e):
     if np.all(np.isfinite(ref)):
         scale = np.abs(X).max() * max(np.abs(V).max(), 1e-300) + 1e-300
         assert np.abs(got - ref).max() <= 1e-9 * scale
+
+
+@POLICY
+@given(st.integers(1, 5), st.data(), st.sampled_from([1.0, 2.0, 3.0, 60.0]), st.integers(-900, 900))
+def test_conditional_wasserstein_is_homogeneous_and_above_plain_wasserstein(n, data, p, k):
+    # both sides carry the same positions (so the same position marginal). Scaling the points by
+    # c = 2^k scales the distance by c exactly (up to round-off); coupling only tokens at equal
+    # positions can only cost more than the unconstrained coupling
+    s = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n)))
+    coords = st.integers(-20, 20).map(float)
+    x = data.draw(arrays(float, (n, 2), elements=coords))
+    y = data.draw(arrays(float, (n, 2), elements=coords))
+    c = math.ldexp(1.0, k)
+    base = tp.conditional_wasserstein(tp.Empirical(x, positions=s), tp.Empirical(y, positions=s), p=p)
+    mu, nu = tp.Empirical(x * c, positions=s), tp.Empirical(y * c, positions=s)
+    scaled = tp.conditional_wasserstein(mu, nu, p=p)
+    assert math.isfinite(scaled)
+    assert scaled == pytest.approx(base * c, rel=1e-12, abs=1e-300)
+    assert scaled >= tp.wasserstein(mu, nu, p=p) * (1 - 1e-9)
+
+
+@POLICY
+@given(any_array(st.just((2, 2))), st.floats(0, 1))
+def test_time_dependent_parameters_follow_the_array_policy(value, t):
+    # a callable parameter is validated at every evaluation, with the same rules as an array
+    real = _real_numeric(value)
+    try:
+        att = tp.Softmax(lambda s: value, np.eye(2))
+        out = att.velocity(tp.Empirical([[0.0, 1.0], [1.0, 0.0]]), t=t)
+    except (TypeError, ValueError) as exc:
+        assert not real and isinstance(exc, TypeError) and str(exc).startswith("A(t="), exc
+        return
+    assert real and np.all(np.isfinite(out))

@@ -95,7 +95,7 @@ def test_sample_carries_positions_and_rejects_bad_n():
     g = Gaussian([0.0], [[1.0]])
     s = np.linspace(0, 1, 5)
     assert np.array_equal(g.sample(5, positions=s).positions, s)
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
         g.sample(0)
 
 

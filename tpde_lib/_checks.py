@@ -1,46 +1,140 @@
-"""Input validation shared by the public constructors and functions.
+"""Input validation shared by the public constructors and functions: the library's input policy.
 
-Every public entry point validates its arguments here once and then trusts them; each error names
-the argument and says what was expected.
+Every public entry point validates its arguments here once, at the boundary, and then trusts
+them. The policy, applied by the small helpers below (call them from anywhere; each takes the
+argument's *name* first, so that every error names it):
+
+Arrays (:func:`as_float_array`, :func:`as_square`, :func:`as_covariance`, :func:`as_times`)
+    Real numeric only: int or float dtypes (and object arrays holding only Python ints and
+    floats), returned as float64. Bool, complex, string, bytes, datetime and other object arrays
+    raise ``TypeError``, as do callables and ``None``. Every entry must be finite (``ValueError``).
+    Shapes are checked against the expected shape, which the message spells out (``*`` for any
+    length); every axis must have length >= 1 (no d = 0 or n = 0 arrays) unless the caller
+    allows empty arrays explicitly.
+Real scalars (:func:`as_finite`, :func:`as_positive`, :func:`as_at_least`)
+    Times, tolerances, step sizes, exponents: Python/NumPy ints and floats or 0-d real arrays;
+    ``bool``, ``str``, ``complex`` and other objects raise ``TypeError``; the value must be finite
+    and have the documented sign (``ValueError``).
+Flags (:func:`as_flag`)
+    Exactly ``bool`` (or ``numpy.bool_``): ``causal="False"`` or ``1`` raise ``TypeError``.
+Counts, iteration caps and seeds (:func:`as_count`, :func:`as_seed`)
+    Python or NumPy integers, not ``bool`` and not floats (``TypeError``), at least the documented
+    minimum (``ValueError``); seeds are >= 0 (a ``numpy.random.Generator`` is accepted only where
+    the docstring says so).
+Choices (:func:`as_choice`), indices (:func:`as_index`), types (:func:`as_instance`)
+    A string option must be one of the listed values (``ValueError`` listing them); an index is
+    an integer in range (``IndexError`` giving the range); an object of the wrong class raises
+    ``TypeError`` saying what was expected.
+
+Arguments that the chosen method ignores are still validated (``rtol=-1`` with a fixed-step
+method raises). Messages start with the argument's name and say what was expected and what was
+got, e.g. ``"h must be a finite positive number, got -1"``.
 """
 
 from __future__ import annotations
 
+import numbers
+import operator
+
 import numpy as np
 
+__all__ = ["as_float_array", "as_square", "as_covariance", "as_times", "as_positive", "as_at_least",
+           "as_finite", "as_flag", "as_count", "as_seed", "as_rng", "as_choice", "as_index",
+           "as_instance", "unit_scale"]
 
-def as_float_array(name, value, ndim=None, shape=None):
-    """Return ``value`` as a finite float64 array, checking its dimension and shape.
+
+def _describe_shape(shape):
+    inner = ", ".join("*" if s is None else str(s) for s in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+def _real_dtype_array(name, value):
+    """``value`` as a float64 array if it is real numeric, else ``TypeError`` naming ``name``."""
+    if callable(value):
+        raise TypeError(f"{name} must be an array of real numbers, got a callable")
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be an array of real numbers, got {type(value).__name__}")
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # ragged nested sequences
+        raise ValueError(f"{name} must be a rectangular array of real numbers ({exc})") from exc
+    kind = arr.dtype.kind
+    if kind == "O":
+        flat = arr.ravel()
+        for item in flat:
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
+                raise TypeError(f"{name} must be an array of real numbers (int or float), got an "
+                                f"element of type {type(item).__name__}")
+        try:
+            return np.array([float(v) for v in flat], dtype=float).reshape(arr.shape)
+        except OverflowError as exc:
+            raise ValueError(f"{name} contains a number too large for float64") from exc
+    if kind == "b":
+        raise TypeError(f"{name} must be an array of real numbers (int or float), got a bool array")
+    if kind == "c":
+        raise TypeError(f"{name} must be an array of real numbers (int or float), got a complex array "
+                        "(pass the real part explicitly if that is what you mean)")
+    if kind not in "iuf":
+        raise TypeError(f"{name} must be an array of real numbers (int or float), got dtype {arr.dtype}")
+    return arr.astype(float, copy=False)
+
+
+def as_float_array(name, value, ndim=None, shape=None, allow_empty=False):
+    """Return ``value`` as a finite float64 array, checking its dtype, dimension and shape.
 
     Parameters
     ----------
     name : str
         Argument name used in error messages.
     value : array_like
+        Real numeric (int or float); bool, complex, string and object arrays are rejected.
     ndim : int, optional
         Required number of dimensions.
     shape : tuple of (int or None), optional
         Required shape; ``None`` entries match any length.
+    allow_empty : bool, default False
+        Accept arrays with a zero-length axis (by default every axis must have length >= 1).
+
+    Returns
+    -------
+    ndarray of float64 (the input itself when it already is one)
+
+    Raises
+    ------
+    TypeError
+        Not real numeric (names ``name``).
+    ValueError
+        Wrong dimension or shape (the expected shape is in the message), an empty axis, NaN or
+        infinite entries.
     """
-    if callable(value):
-        raise TypeError(f"{name} must be an array, got a callable")
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be an array of real numbers, got {type(value).__name__}") from exc
+    arr = _real_dtype_array(name, value)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
     if shape is not None:
         if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
-            want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
-            raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
+            raise ValueError(f"{name} must have shape {_describe_shape(shape)}, got {arr.shape}")
+    if not allow_empty and arr.size == 0:
+        raise ValueError(f"{name} must have length >= 1 along every axis (dimensions >= 1), "
+                         f"got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or infinite values")
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        where = "" if arr.ndim == 0 else f" (first at index {tuple(int(i) for i in bad)})"
+        raise ValueError(f"{name} contains NaN or infinite values{where}")
     return arr
 
 
+def unit_scale(*arrays):
+    """A power of two ``s`` with ``max|entry| / s`` in [1, 2) (1.0 if every entry is 0).
+
+    Dividing by it is exact (barring subnormals) and never overflows: the scaling used to compute
+    moments, distances and eigenvalues at any magnitude (1e-300 ... 1e300).
+    """
+    big = max(float(np.abs(a).max()) if np.size(a) else 0.0 for a in arrays)
+    return float(np.ldexp(1.0, int(np.frexp(big)[1]) - 1)) if big > 0 else 1.0
+
+
 def as_square(name, value, d=None):
-    """A finite square matrix, of size ``d`` when given."""
+    """A finite square matrix of size >= 1, of size ``d`` when given."""
     arr = as_float_array(name, value, ndim=2)
     if arr.shape[0] != arr.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {arr.shape}")
@@ -53,36 +147,51 @@ def as_covariance(name, value, d=None, rtol=1e-8):
     """A symmetric positive semi-definite matrix (returned exactly symmetrised).
 
     Symmetry is checked to relative tolerance ``rtol`` of the largest entry; positive
-    semi-definiteness allows eigenvalues down to ``-rtol * max|eig|`` (round-off).
+    semi-definiteness allows eigenvalues down to ``-rtol * max|entry|`` (round-off). The test is
+    scale-free: the matrix is divided by a power of two near its largest entry first, so that
+    entries near 1e300 or 1e-300 neither overflow nor underflow.
     """
     S = as_square(name, value, d)
-    scale = max(np.abs(S).max(), np.finfo(float).tiny)
-    if np.abs(S - S.T).max() > rtol * scale:
-        raise ValueError(f"{name} must be symmetric (max |{name} - {name}^T| = "
-                         f"{np.abs(S - S.T).max():.3g})")
-    S = 0.5 * (S + S.T)
-    eig_min = np.linalg.eigvalsh(S)[0] if S.size else 0.0
-    if eig_min < -rtol * scale:
-        raise ValueError(f"{name} must be positive semi-definite (smallest eigenvalue {eig_min:.3g})")
+    scale = unit_scale(S)
+    U = S / scale
+    asym = np.abs(U - U.T).max()
+    if asym > rtol * max(np.abs(U).max(), np.finfo(float).tiny):
+        raise ValueError(f"{name} must be symmetric (max |{name} - {name}^T| = {asym * scale:.3g})")
+    S = 0.5 * S + 0.5 * S.T   # halves first: no overflow near the largest float
+    eig_min = np.linalg.eigvalsh(0.5 * (U + U.T))[0]
+    if eig_min < -rtol * np.abs(U).max():
+        raise ValueError(f"{name} must be positive semi-definite (smallest eigenvalue "
+                         f"{eig_min * scale:.3g})")
     return S
 
 
 def as_times(name, value):
-    """A 1-D array of strictly increasing, finite times (at least one)."""
+    """A 1-D array of strictly increasing, finite times (at least one) with a finite span."""
     t = as_float_array(name, value, ndim=1)
-    if t.size == 0:
-        raise ValueError(f"{name} must contain at least one time")
-    if np.any(np.diff(t) <= 0):
-        raise ValueError(f"{name} must be strictly increasing")
+    with np.errstate(over="ignore"):
+        gaps = np.diff(t)
+    if np.any(gaps <= 0):
+        k = int(np.argmax(gaps <= 0))
+        raise ValueError(f"{name} must be strictly increasing, got {name}[{k}]={t[k]:g} >= "
+                         f"{name}[{k + 1}]={t[k + 1]:g}")
+    with np.errstate(over="ignore"):
+        span = t[-1] - t[0]
+    if not np.isfinite(span):
+        raise ValueError(f"{name} must span a finite interval: {name}[-1] - {name}[0] overflows float64")
     return t
 
 
 def _as_real(name, value, accept, expected):
-    """``float(value)``, raising TypeError if it is not a number, ValueError unless ``accept``."""
+    """A real scalar as float: ``TypeError`` unless int/float (not bool), ``ValueError`` unless ``accept``."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {expected} (an int or float), got {type(value).__name__} "
+                        f"{value!r:.40}")
     try:
         x = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be {expected}, got {type(value).__name__}") from exc
+    except OverflowError as exc:
+        raise ValueError(f"{name} must be {expected}, got a number too large for float64") from exc
     if not (np.isfinite(x) and accept(x)):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     return x
@@ -101,3 +210,72 @@ def as_at_least(name, value, minimum, why=""):
 def as_finite(name, value):
     """A finite float (any sign)."""
     return _as_real(name, value, lambda x: True, "finite (a real number)")
+
+
+def as_flag(name, value):
+    """A ``bool`` flag (``numpy.bool_`` accepted); strings, ints and None raise ``TypeError``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False (a bool), got {type(value).__name__} {value!r:.40}")
+
+
+def _as_int(name, value, expected):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be {expected} (an int, not a {type(value).__name__}), got "
+                        f"{value!r:.40}")
+    return operator.index(value)
+
+
+def as_count(name, value, minimum=1, maximum=None):
+    """An ``int`` count or iteration cap with ``minimum <= value`` (``<= maximum`` when given).
+
+    ``bool`` and floats (even integral ones such as ``10.0``) raise ``TypeError``.
+    """
+    expected = f"an integer >= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
+    k = _as_int(name, value, expected)
+    if k < minimum or (maximum is not None and k > maximum):
+        raise ValueError(f"{name} must be {expected}, got {k}")
+    return k
+
+
+def as_seed(name, value, allow_generator=False):
+    """A seed for ``numpy.random.default_rng``: an ``int >= 0`` (or a Generator if allowed)."""
+    if allow_generator and isinstance(value, np.random.Generator):
+        return value
+    expected = "a non-negative integer seed" + (" or a numpy.random.Generator" if allow_generator else "")
+    k = _as_int(name, value, expected)
+    if k < 0:
+        raise ValueError(f"{name} must be {expected}, got {k}")
+    return k
+
+
+def as_rng(name, value):
+    """``numpy.random.default_rng(value)`` for a validated seed (int >= 0 or a Generator)."""
+    return np.random.default_rng(as_seed(name, value, allow_generator=True))
+
+
+def as_choice(name, value, choices):
+    """``value`` if it is one of the strings ``choices``, else ``ValueError`` listing them."""
+    if isinstance(value, str) and value in choices:
+        return value
+    listed = ", ".join(repr(c) for c in choices)
+    raise ValueError(f"{name} must be one of {listed}, got {value!r:.60}")
+
+
+def as_index(name, value, length, what="entries"):
+    """An integer index into ``length`` items (negative counts from the end), made non-negative.
+
+    ``TypeError`` for non-integers (including ``bool``), ``IndexError`` giving the valid range.
+    """
+    k = _as_int(name, value, "an integer index")
+    if not -length <= k < length:
+        raise IndexError(f"{name}={k} is out of range: there are {length} {what}, so {name} must lie "
+                         f"in [{-length}, {length - 1}]")
+    return k % length
+
+
+def as_instance(name, value, cls, what):
+    """``value`` if it is an instance of ``cls``, else ``TypeError`` saying it must be ``what``."""
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    return value

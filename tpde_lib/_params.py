@@ -2,14 +2,16 @@
 
 The paper's framework allows the attention matrices to depend on depth ``t`` (paper notes §1.1).
 A :class:`Param` wraps either a fixed array (validated once) or a callable ``t -> array``
-(validated, with the same checks, each time it is evaluated).
+(validated, with the same checks, each time it is evaluated). The checks are those of the
+library's input policy (:mod:`tpde_lib._checks`): real numeric (no bool, complex or strings),
+finite, every axis of length >= 1, the expected shape; ``t`` must be a finite real number.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array
+from ._checks import as_finite, as_float_array
 
 
 class Param:
@@ -49,6 +51,7 @@ class Param:
         """The value at time ``t``, shape ``self.shape``."""
         if self._fn is None:
             return self._const
+        t = as_finite("t", t)
         return as_float_array(f"{self.name}(t={t:g})", self._fn(t), ndim=self.ndim,
                               shape=self.shape)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_covariance, as_float_array
+from ._checks import as_count, as_covariance, as_float_array, as_instance, as_rng, unit_scale
 
 __all__ = ["Empirical", "Gaussian"]
 
@@ -31,16 +31,16 @@ class Empirical:
 
     Raises
     ------
+    TypeError
+        An array that is not real numeric (bool, complex, strings, objects), naming it.
     ValueError
-        Wrong shapes, NaN or infinite values, negative weights, weights not summing to 1,
-        positions outside [0, 1].
+        Wrong shapes (n = 0 or d = 0 included), NaN or infinite values, negative weights, weights
+        not summing to 1, positions outside [0, 1].
     """
 
     def __init__(self, points, weights=None, positions=None):
-        pts = as_float_array("points", points, ndim=2)
+        pts = as_float_array("points", points, ndim=2)  # n >= 1 tokens, d >= 1 (the input policy)
         n = pts.shape[0]
-        if n == 0 or pts.shape[1] == 0:
-            raise ValueError(f"points must have at least one token and one dimension, got {pts.shape}")
         if weights is None:
             w = np.full(n, 1.0 / n)
         else:
@@ -90,14 +90,46 @@ class Empirical:
         pts = as_float_array("points", points, shape=self._points.shape)
         return Empirical(pts, self._weights, self._positions)
 
+    def _scaled(self):
+        """Points divided by a power of two near their largest entry (exact), and that power."""
+        scale = unit_scale(self._points)
+        return self._points / scale, scale
+
     def mean(self):
-        r"""Mean :math:`\int y \, d\mu(y)`, shape (d,)."""
-        return self._weights @ self._points
+        r"""Mean :math:`\int y \, d\mu(y)`, shape (d,).
+
+        Computed on the points scaled by a power of two, so that it cannot overflow even when
+        the entries are near the largest float.
+        """
+        unit, scale = self._scaled()
+        with np.errstate(over="ignore"):
+            m = (self._weights @ unit) * scale
+        if not np.all(np.isfinite(m)):   # only when weights summing to 1 + 1e-9 push past 1.8e308
+            raise FloatingPointError("mean of this measure overflows float64; rescale the points")
+        return m
 
     def cov(self):
-        r"""Covariance :math:`\int (y - m)(y - m)^\top d\mu(y)` (weighted, not Bessel-corrected), (d, d)."""
-        c = self._points - self.mean()
-        return (c * self._weights[:, None]).T @ c
+        r"""Covariance :math:`\int (y - m)(y - m)^\top d\mu(y)` (weighted, not Bessel-corrected), (d, d).
+
+        Computed centred and scaled (points divided by a power of two near their largest entry,
+        so no intermediate overflows or underflows needlessly).
+
+        Raises
+        ------
+        FloatingPointError
+            The covariance itself is not representable in float64 (e.g. points of size 1e200
+            give variances of order 1e400).
+        """
+        unit, scale = self._scaled()
+        c = unit - self._weights @ unit
+        unit_cov = (c * self._weights[:, None]).T @ c
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = (unit_cov * scale) * scale
+        if not np.all(np.isfinite(out)):
+            big = np.log10(np.abs(unit_cov).max()) + 2 * np.log10(scale)
+            raise FloatingPointError(f"cov of this measure overflows float64 (entries of order "
+                                     f"1e{big:.0f}); rescale the points")
+        return out
 
     def __len__(self):
         return self.n
@@ -120,14 +152,14 @@ class Gaussian:
 
     Raises
     ------
+    TypeError
+        ``mean`` or ``cov`` not real numeric (bool, complex, strings, objects).
     ValueError
-        NaN/inf, ``cov`` not square, not symmetric or indefinite, shapes that do not match.
+        NaN/inf, d = 0, ``cov`` not square, not symmetric or indefinite, shapes that do not match.
     """
 
     def __init__(self, mean, cov):
-        m = as_float_array("mean", mean, ndim=1)
-        if m.size == 0:
-            raise ValueError("mean must have at least one entry")
+        m = as_float_array("mean", mean, ndim=1)   # d >= 1 (the input policy)
         c = as_float_array("cov", cov, ndim=2)
         if c.shape != (m.size, m.size):
             raise ValueError(f"cov must have shape ({m.size}, {m.size}) to match mean of shape "
@@ -148,28 +180,36 @@ class Gaussian:
         Parameters
         ----------
         n : int
-            Number of tokens.
+            Number of tokens, ``n >= 1`` (an ``int``: ``2.0`` and ``True`` raise ``TypeError``).
         seed : int or numpy.random.Generator
-            Seed for ``np.random.default_rng``.
+            Seed for ``np.random.default_rng``: an ``int >= 0`` or a Generator.
         positions : array_like, shape (n,), optional
             Sequence positions attached to the sample (masked attention).
 
         Returns
         -------
         Empirical
+
+        Raises
+        ------
+        FloatingPointError
+            The drawn points overflow float64 (a mean or covariance near the largest float).
         """
-        if not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
-        rng = np.random.default_rng(seed)
+        n = as_count("n", n, 1)
+        rng = as_rng("seed", seed)
         # symmetric eigen-square-root: valid for degenerate (PSD) covariances too
         lam, U = np.linalg.eigh(self._cov)
         root = U * np.sqrt(np.clip(lam, 0.0, None))
-        pts = self._mean + rng.standard_normal((n, self.d)) @ root.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            pts = self._mean + rng.standard_normal((n, self.d)) @ root.T
+        if not np.all(np.isfinite(pts)):
+            raise FloatingPointError("sample: the drawn points overflow float64 (mean or cov too large)")
         return Empirical(pts, positions=positions)
 
     @classmethod
     def from_empirical(cls, mu):
         """The Gaussian with the same mean and covariance as ``mu`` (moment matching)."""
+        as_instance("mu", mu, Empirical, "an Empirical measure")
         return cls(mu.mean(), mu.cov())
 
     def __repr__(self):

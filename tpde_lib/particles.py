@@ -17,9 +17,18 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.integrate import solve_ivp
+from scipy.integrate import DOP853, RK23, RK45
 
-from ._checks import as_positive, as_times
+from ._checks import (
+    as_choice,
+    as_count,
+    as_finite,
+    as_float_array,
+    as_index,
+    as_instance,
+    as_positive,
+    as_times,
+)
 from .measures import Empirical
 
 __all__ = ["Trajectory", "simulate", "depth"]
@@ -27,17 +36,22 @@ __all__ = ["Trajectory", "simulate", "depth"]
 #: default largest step when ``h`` is None (each interval of ``times`` is cut into equal steps)
 DEFAULT_STEP = {"euler": 0.01, "rk4": 0.05}
 _MULTIPLE_RTOL = 1e-9
+#: default cap on the number of steps of one ``simulate`` call (all intervals together); an
+#: adaptive step costs about ten field evaluations and more Python overhead, hence its lower cap
+MAX_STEPS = {"euler": 100_000, "rk4": 100_000, "adaptive": 10_000}
+_IVP_METHODS = {"DOP853": DOP853, "RK45": RK45, "RK23": RK23}
 
 
 @dataclass(frozen=True)
 class Trajectory:
-    """Particles at the requested times.
+    """Particles at the requested times (validated: a Trajectory always holds consistent data).
 
     Attributes
     ----------
     times : ndarray, shape (T,)
+        Strictly increasing, finite, ``T >= 1``.
     points : ndarray, shape (T, n, d)
-        ``points[k]`` are the token positions at ``times[k]``.
+        ``points[k]`` are the token positions at ``times[k]`` (finite).
     weights : ndarray, shape (n,)
         The masses, carried unchanged by the flow.
     positions : ndarray, shape (n,), or None
@@ -46,6 +60,12 @@ class Trajectory:
         With ``simulate(..., on_blowup="stop")``: the end of the step during which the particles
         or the field stopped being finite (the blow-up happened before it); the trajectory then
         holds only the requested times reached before. None otherwise.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Fields that are not real arrays of consistent shapes (``points`` must be (T, n, d) with T
+        the number of ``times`` and n the number of ``weights``), or a non-finite ``blowup_time``.
     """
 
     times: np.ndarray
@@ -54,8 +74,29 @@ class Trajectory:
     positions: np.ndarray | None = None
     blowup_time: float | None = None
 
+    def __post_init__(self):
+        times = as_times("times", self.times)
+        points = as_float_array("points", self.points, ndim=3)
+        if points.shape[0] != times.size:
+            raise ValueError(f"points must have shape ({times.size}, n, d) to match the {times.size} "
+                             f"times, got {points.shape}")
+        # weights and positions: the same checks as the Empirical measures they come from
+        mu = Empirical(points[0], self.weights, self.positions)
+        blowup = None if self.blowup_time is None else as_finite("blowup_time", self.blowup_time)
+        for field, value in (("times", times), ("points", points), ("weights", mu.weights),
+                             ("positions", mu.positions), ("blowup_time", blowup)):
+            if isinstance(value, np.ndarray) and value.flags.writeable:
+                value = value.copy()
+                value.setflags(write=False)
+            object.__setattr__(self, field, value)
+
     def measure(self, k):
-        """The :class:`~tpde_lib.measures.Empirical` measure at time index ``k`` (``-1``: last)."""
+        """The :class:`~tpde_lib.measures.Empirical` measure at time index ``k`` (``-1``: last).
+
+        Raises ``TypeError`` unless ``k`` is an integer and ``IndexError`` (giving the valid
+        range) unless ``-T <= k < T``.
+        """
+        k = as_index("k", k, self.times.size, what="times in this trajectory")
         return Empirical(self.points[k], self.weights, self.positions)
 
     @property
@@ -73,13 +114,15 @@ class Trajectory:
 
 
 def _step_counts(times, h, method):
-    """Number of equal steps in each interval of ``times`` and their sizes."""
+    """Number of equal steps in each interval of ``times`` (as exact integer-valued floats) and
+    their sizes. Floats, not int64: a count such as 1e18 / 1e-3 must not wrap around."""
     gaps = np.diff(times)
     if h is None:
-        counts = np.maximum(1, np.ceil(gaps / DEFAULT_STEP[method] - _MULTIPLE_RTOL)).astype(int)
-        return counts, gaps / np.maximum(counts, 1)
+        counts = np.maximum(1.0, np.ceil(gaps / DEFAULT_STEP[method] - _MULTIPLE_RTOL))
+        return counts, gaps / counts
     h = as_positive("h", h)
-    counts = np.rint(gaps / h).astype(int)
+    with np.errstate(over="ignore"):
+        counts = np.rint(gaps / h)
     bad = (counts < 1) | (np.abs(counts * h - gaps) > _MULTIPLE_RTOL * np.maximum(1.0, gaps))
     if np.any(bad):
         k = int(np.argmax(bad))
@@ -88,8 +131,16 @@ def _step_counts(times, h, method):
     return counts, np.full(gaps.size, h)
 
 
+def _check_step_budget(total, max_steps, method, h):
+    if not total <= max_steps:   # also catches an infinite count
+        how = "h" if h is not None else "the default step"
+        raise ValueError(f"simulate with method={method!r} and {how} needs {total:.4g} steps, more than "
+                         f"max_steps={max_steps}: pass max_steps={int(min(total, 1e18)):d} (or larger) "
+                         "to run them, a larger h, or method='adaptive'")
+
+
 def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
-             ivp_method="DOP853", on_blowup="raise"):
+             ivp_method="DOP853", on_blowup="raise", max_steps=None):
     r"""Integrate the particle system :math:`\dot x_i=\Gamma_{\mu^n(t)}(t,x_i)` (paper notes §1.1).
 
     Parameters
@@ -97,29 +148,35 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
     att : attention
         Any object with ``velocity(mu, t) -> (n, d)`` (e.g. :class:`~tpde_lib.attention.Softmax`).
         Sinkhorn attention warm-starts each step from the previous step's potentials (kept on
-        the instance).
+        the instance). Exceptions it raises propagate unchanged.
     mu0 : Empirical
         Initial tokens (n, d) with weights (n,) and optional positions (n,) (masked attention);
         weights and positions travel unchanged with the points.
     times : array_like, shape (T,)
-        Strictly increasing output times; ``times[0]`` is the initial time of ``mu0``.
+        Strictly increasing finite output times; ``times[0]`` is the initial time of ``mu0``.
     method : {"rk4", "euler", "adaptive"}
         ``"euler"``: explicit Euler, :math:`x\leftarrow x+h\,\Gamma_\mu(t,x)`, i.e. exactly one
         residual attention layer per step. ``"rk4"``: classical Runge–Kutta of order 4.
-        ``"adaptive"``: :func:`scipy.integrate.solve_ivp` (``ivp_method``) with ``rtol``, ``atol``.
+        ``"adaptive"``: scipy's embedded Runge–Kutta pair ``ivp_method`` with ``rtol``, ``atol``.
     h : float, optional
         Step of ``"euler"``/``"rk4"``. Given, it must divide every interval of ``times``
         (``ValueError`` otherwise): the scheme takes exactly those steps, depth
         :math:`(t_{k+1}-t_k)/h` per interval. None: every interval is cut into the fewest equal
         steps not larger than ``DEFAULT_STEP[method]`` (0.01 for Euler, 0.05 for RK4), which
         suits fields of size O(1); pass ``h`` (or use ``"adaptive"``) for larger parameters.
+        Validated (finite, > 0) for every method.
     rtol, atol : float
-        Tolerances of ``"adaptive"``.
-    ivp_method : str
-        ``solve_ivp`` method for ``"adaptive"`` (``"DOP853"`` or ``"RK45"``).
+        Tolerances of ``"adaptive"``, finite and > 0 (validated for every method).
+    ivp_method : {"DOP853", "RK45", "RK23"}
+        Runge–Kutta pair for ``"adaptive"`` (validated for every method).
     on_blowup : {"raise", "stop"}
         ``"raise"``: a blow-up raises ``FloatingPointError`` giving its time. ``"stop"``: return
         the times reached so far, with ``Trajectory.blowup_time`` set.
+    max_steps : int, optional
+        Cap on the total number of steps (accepted steps for ``"adaptive"``); default
+        ``MAX_STEPS[method]`` (100000 for ``"euler"`` and ``"rk4"``, 10000 for ``"adaptive"``).
+        Fixed-step methods check it before starting; the error says how many steps the call needs
+        and how to allow them.
 
     Returns
     -------
@@ -128,8 +185,11 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
 
     Raises
     ------
+    TypeError
+        ``att`` without ``velocity``, ``mu0`` not an Empirical, arguments of the wrong type.
     ValueError
-        Times not strictly increasing, ``h`` not dividing them, unknown ``method``.
+        Times not strictly increasing, ``h`` not dividing them, unknown ``method``, more than
+        ``max_steps`` steps needed, ``att.velocity`` returning the wrong shape.
     FloatingPointError
         The particles blew up (non-finite positions or field); the message gives the time
         (``on_blowup="raise"``).
@@ -139,13 +199,15 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
                         f"got {type(att).__name__}")
     if isinstance(mu0, np.ndarray):
         mu0 = Empirical(mu0)
-    if not isinstance(mu0, Empirical):
-        raise TypeError(f"mu0 must be an Empirical measure, got {type(mu0).__name__}")
+    as_instance("mu0", mu0, Empirical, "an Empirical measure (or an (n, d) array of points)")
     times = as_times("times", times)
-    if method not in ("euler", "rk4", "adaptive"):
-        raise ValueError(f"method must be 'euler', 'rk4' or 'adaptive', got {method!r}")
-    if on_blowup not in ("raise", "stop"):
-        raise ValueError(f"on_blowup must be 'raise' or 'stop', got {on_blowup!r}")
+    method = as_choice("method", method, ("euler", "rk4", "adaptive"))
+    if h is not None:
+        h = as_positive("h", h)
+    rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
+    ivp_method = as_choice("ivp_method", ivp_method, tuple(_IVP_METHODS))
+    on_blowup = as_choice("on_blowup", on_blowup, ("raise", "stop"))
+    max_steps = MAX_STEPS[method] if max_steps is None else as_count("max_steps", max_steps, 1)
     shape = mu0.points.shape
     last_t = [times[0]]
 
@@ -154,7 +216,13 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
         if not np.all(np.isfinite(x)):
             raise FloatingPointError(f"particles blew up (non-finite positions) at t={t:g}")
         # validated once (mu0, finiteness above): no per-stage re-validation of the measure
-        return att.velocity(Empirical._trusted(np.reshape(x, shape), mu0.weights, mu0.positions), t)
+        v = att.velocity(Empirical._trusted(np.reshape(x, shape), mu0.weights, mu0.positions), t)
+        if not isinstance(v, np.ndarray) or v.shape != shape:
+            raise ValueError(f"att.velocity must return an array of shape {shape} (n, d), got "
+                             f"{getattr(v, 'shape', type(v).__name__)} at t={t:g}")
+        if not np.all(np.isfinite(v)):
+            raise FloatingPointError(f"the velocity field is not finite at t={t:g}")
+        return v
 
     out = np.empty((times.size,) + shape)
     out[0] = mu0.points
@@ -162,13 +230,15 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
     if times.size > 1 and method == "adaptive":
         filled = [1]
         try:
-            _adaptive(field, out, times, rtol, atol, ivp_method, filled)
+            _adaptive(field, out, times, rtol, atol, _IVP_METHODS[ivp_method], filled, max_steps)
         except FloatingPointError:
             if on_blowup == "raise":
                 raise
             reached, blowup = filled[0], float(max(last_t[0], times[filled[0] - 1]))
     elif times.size > 1:
         counts, steps = _step_counts(times, h, method)
+        _check_step_budget(math.fsum(counts), max_steps, method, h)
+        counts = counts.astype(np.int64)  # <= max_steps now: no overflow
         step = _euler_step if method == "euler" else _rk4_step
         x = mu0.points.copy()
         for k in range(times.size - 1):
@@ -204,22 +274,31 @@ def _rk4_step(field, x, t, h):
     return x + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
 
 
-def _adaptive(field, out, times, rtol, atol, ivp_method, filled):
-    """Integrate interval by interval, writing ``out[k]``; ``filled[0]`` counts the times done."""
+def _adaptive(field, out, times, rtol, atol, solver_cls, filled, max_steps):
+    """Integrate interval by interval, writing ``out[k]``; ``filled[0]`` counts the times done.
+
+    The solver is stepped here (as ``solve_ivp`` does, without dense output) so that accepted
+    steps are counted against ``max_steps``; exceptions from the field propagate unchanged.
+    """
     shape = out.shape[1:]
-    rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
 
     def rhs(t, y):
         return field(y.reshape(shape), t).ravel()
 
     y = out[0].ravel()
+    taken = 0
     for k in range(times.size - 1):
-        sol = solve_ivp(rhs, (times[k], times[k + 1]), y, method=ivp_method, rtol=rtol,
-                        atol=atol)
-        if sol.status != 0:
-            raise FloatingPointError(f"adaptive integration stopped at t={sol.t[-1]:g}: "
-                                     f"{sol.message}")
-        y = sol.y[:, -1]
+        solver = solver_cls(rhs, times[k], y, times[k + 1], rtol=rtol, atol=atol)
+        while solver.status == "running":
+            if taken >= max_steps:
+                raise ValueError(f"simulate with method='adaptive' took max_steps={max_steps} steps and "
+                                 f"reached only t={solver.t:g} of {times[-1]:g}: pass a larger "
+                                 "max_steps, or looser rtol/atol (the problem may be stiff)")
+            message = solver.step()
+            taken += 1
+            if solver.status == "failed":
+                raise FloatingPointError(f"adaptive integration stopped at t={solver.t:g}: {message}")
+        y = solver.y
         if not np.all(np.isfinite(y)):
             raise FloatingPointError(f"particles blew up before t={times[k + 1]:g}")
         out[k + 1] = y.reshape(shape)
@@ -229,4 +308,4 @@ def _adaptive(field, out, times, rtol, atol, ivp_method, filled):
 def depth(times, h):
     """Number of residual layers (Euler steps of size ``h``) between ``times[0]`` and ``times[-1]``."""
     times = as_times("times", times)
-    return int(math.fsum(_step_counts(times, h, "euler")[0]))
+    return sum(int(c) for c in _step_counts(times, h, "euler")[0])

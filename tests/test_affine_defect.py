@@ -81,3 +81,17 @@ def test_bad_arguments_are_named():
         tp.affine_defect(tp.Linear(np.eye(5), np.eye(5)), tp.Gaussian(np.zeros(5), np.eye(5)))
     with pytest.raises(TypeError, match="nodes_per_dim"):
         gauss_hermite(G2, nodes_per_dim=2.5)
+
+
+def test_defect_of_a_constant_field_is_zero_and_the_scale_does_not_matter():
+    assert tp.affine_defect(tp.Softmax(np.zeros((2, 2)), np.eye(2)), G2) == 0.0
+    small = tp.affine_defect(tp.Softmax(-0.5 * np.eye(2), np.eye(2)), G2)
+    huge = tp.affine_defect(tp.Softmax(-0.5 * np.eye(2), 1e300 * np.eye(2)), G2)
+    assert small < 1e-12 and huge < 1e-12
+
+
+def test_too_coarse_grids_and_wrong_dimensions_are_refused():
+    with pytest.raises(ValueError, match=">= 4"):
+        gauss_hermite(G2, nodes_per_dim=2)
+    with pytest.raises(ValueError, match="g has dimension 3"):
+        tp.affine_defect(tp.Linear(np.eye(2), np.eye(2)), tp.Gaussian(np.zeros(3), np.eye(3)))

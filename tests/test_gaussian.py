@@ -256,9 +256,12 @@ def test_bad_inputs_raise_clear_errors():
         simulate_gaussian(att, g0, [0, 1], method="Euler")
     with pytest.raises(ValueError, match="cov0"):
         simulate_gaussian_batch(att, np.array([[[1.0, 0], [0, -1]]]), [0, 1])
-    with pytest.raises(ValueError, match="same variant"):
-        simulate_gaussian_batch([att, Linear(np.eye(2), np.eye(2))], np.stack([np.eye(2)] * 2),
-                                [0, 1])
+    # a batch of different variants is solved member by member: same results as one by one
+    lin = Linear(-np.eye(2), np.eye(2))
+    mixed = simulate_gaussian_batch([att, lin], np.stack([0.5 * np.eye(2)] * 2), [0, 0.5])
+    for b, a in enumerate([att, lin]):
+        one = simulate_gaussian(a, Gaussian(np.zeros(2), 0.5 * np.eye(2)), [0, 0.5])
+        assert np.allclose(mixed.cov[b], one.cov, atol=1e-8)
     with pytest.raises(ValueError, match="mean0"):
         simulate_gaussian_batch(att, np.eye(2)[None], [0, 1], mean0=np.zeros(3))
     with pytest.raises(ValueError, match="blow-up time"):

@@ -324,3 +324,62 @@ def test_mobility_methods_match_V_A_inverse():
     assert np.allclose(tp.Sinkhorn(A, V).mobility(), -P, atol=1e-13)
     with pytest.raises(ValueError, match="symmetric"):
         tp.Softmax(A2, V2).mobility()
+
+
+def test_no_formula_is_inherited_through_a_mixin_a_patch_or_the_instance():
+    """The rule is checked at call time: wherever the new field comes from, no parent formula."""
+    class ZeroField:
+        def field(self, points, weights, positions, t):
+            return 0.0 * points
+
+    class Mixed(ZeroField, tp.Softmax):
+        pass
+
+    class Patched(tp.Softmax):
+        pass
+
+    Patched.field = ZeroField.field
+    on_instance = tp.Softmax(A2, V2)
+    on_instance.field = lambda points, weights, positions, t: 0.0 * points
+    g = tp.Gaussian([0.3, -0.2], [[1.0, 0.3], [0.3, 0.5]])
+    for att, where in [(Mixed(A2, V2), "in ZeroField"), (Patched(A2, V2), "in Patched"),
+                       (on_instance, "on the instance")]:
+        assert np.array_equal(att.velocity(np.ones((3, 2))), np.zeros((3, 2)))
+        with pytest.raises(NotImplementedError, match=where):
+            tp.simulate_gaussian(att, g, [0.0, 1.0])
+        with pytest.raises(NotImplementedError, match=where):
+            stability_bound(att, 1.0, 1.0)
+        with pytest.raises(NotImplementedError, match=where):
+            att.mobility()
+
+
+def test_a_subclass_may_add_a_closure_to_an_inherited_field():
+    class Centred(ReLU):
+        def gaussian_rhs(self, mean, cov, t=0.0):
+            mean, cov = self.check_gaussian(mean, cov, t)
+            M = 0.5 * self.V @ cov @ self.A
+            return np.zeros_like(mean), M @ cov + cov @ M.T
+
+    traj = tp.simulate_gaussian(Centred(A2, V2), tp.Gaussian(np.zeros(2), np.eye(2)), [0, 0.5])
+    assert traj.status == "ok" and np.isfinite(traj.cov).all()
+
+
+def test_field_outputs_and_flags_of_a_readers_variant_are_checked():
+    class Complex(tp.Attention):
+        d = 2
+
+        def field(self, points, weights, positions, t):
+            return points * (1 + 1j)
+
+    with pytest.raises(TypeError, match="dtype complex"):
+        Complex().velocity(np.ones((3, 2)))
+
+    class BadFlag(ReLU):
+        pass
+
+    att = BadFlag(A2, V2)
+    att.causal = "False"
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        att.velocity(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="t contains NaN"):
+        tp.Softmax(A2, V2).gaussian_rhs(np.zeros(2), np.eye(2), t=np.nan)

@@ -292,3 +292,50 @@ def test_attention_matrices_must_be_real_numeric(A, error):
 def test_attention_of_dimension_zero_is_rejected():
     with pytest.raises(ValueError, match="A must have length >= 1"):
         tp.Softmax(np.zeros((0, 0)), np.zeros((0, 0)))
+
+
+# ---- found by the battery in the modules of the attention/Gaussian/energy refactor ------------
+def test_sinkhorn_energy_with_a_vanishing_eps_raises_at_once():
+    import tpde_lib.energy as en
+
+    mu = tp.Empirical(np.random.default_rng(0).normal(size=(20, 2)))
+    with pytest.raises(RuntimeError, match="not finite"):
+        en.sinkhorn_energy(mu, np.eye(2), eps=1e-310)
+    with pytest.raises(TypeError, match="max_iter"):
+        en.sinkhorn_energy(mu, np.eye(2), max_iter=2.5)
+
+
+def test_interaction_energy_overflow_is_named_and_log_is_a_flag():
+    import tpde_lib.energy as en
+
+    mu = tp.Empirical(np.random.default_rng(0).normal(size=(20, 2)))
+    with pytest.raises(FloatingPointError, match="log=True"):
+        en.interaction_energy(mu, 1e300 * np.eye(2))
+    assert np.isfinite(en.interaction_energy(mu, 1e3 * np.eye(2), log=True))
+    with pytest.raises(TypeError, match="log"):
+        en.interaction_energy(mu, np.eye(2), log="no")
+
+
+def test_counts_are_ints_in_the_official_masked_and_stability_modules():
+    from tpde_lib.masked import sink_positions
+    from tpde_lib.stability import stability_bound
+
+    with pytest.raises(TypeError, match="max_iter"):
+        tp.projected_euler(lambda S: -S, np.eye(2), 0.1, max_iter=True)
+    with pytest.raises(TypeError, match="n"):
+        sink_positions(2.0, 0.5)
+    with pytest.raises(TypeError, match="n_grid"):
+        stability_bound(tp.Softmax(np.eye(2), np.eye(2)), 1.0, 1.0, n_grid=2.0)
+
+
+def test_a_stiff_gaussian_ode_stops_at_its_step_cap():
+    att = tp.Softmax(np.zeros((2, 2)), -1e7 * np.eye(2))
+    with pytest.raises(RuntimeError, match="max_steps"):
+        tp.simulate_gaussian(att, tp.Gaussian([1.0, 0.0], np.eye(2)), [0, 1e3], max_steps=200)
+
+
+def test_a_mean_overflow_is_reported_near_its_time():
+    att = tp.Softmax(-0.5 * np.eye(2), np.eye(2))
+    g = tp.Gaussian([0.3, -0.2], [[1.0, 0.3], [0.3, 0.5]])
+    with pytest.raises(RuntimeError, match=r"near t=7\d\d"):
+        tp.simulate_gaussian(att, g, [0, 1000])

@@ -34,7 +34,7 @@ import numpy as np
 import ot
 from scipy.special import logsumexp
 
-from ._checks import as_float_array, as_positive, as_square
+from ._checks import as_count, as_flag, as_float_array, as_positive, as_square
 from .attention import Attention, Sinkhorn, Softmax, Unnormalised
 from .energy_gaussian import (
     bures_wasserstein_gradient_flow_rhs,
@@ -141,10 +141,17 @@ def sinkhorn_energy(mu, A, eps=1.0, tol=1e-12, max_iter=100_000):
     _check_measure(mu)
     A = as_square("A", A, mu.d)
     eps = as_positive("eps", eps)
+    tol = as_positive("tol", tol)
+    max_iter = as_count("max_iter", max_iter, 1)
     keep = mu.weights > 0
     X, w = mu.points[keep], mu.weights[keep]
     C = -_logits(X, A)
     shift = C.min()
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite((C - shift) / eps).all()
+    if not finite:
+        raise RuntimeError(f"entropic self-transport: the scores <Ax, y> / eps are not finite "
+                           f"(eps={eps:g} too small, or the scores overflow)")
     plan, log = ot.sinkhorn(w, w, C - shift, eps, method="sinkhorn_log", stopThr=tol,
                             numItermax=int(max_iter), log=True, warn=False)
     err = float(log.get("err", [np.inf])[-1]) if log.get("err") else np.inf
@@ -191,8 +198,13 @@ def partition_function(mu, A, log=False):
     """
     _check_measure(mu)
     A = as_square("A", A, mu.d)
+    log = as_flag("log", log)
     lz = _block_lse(mu, A)
-    return lz if log else np.exp(lz)
+    if log:
+        return lz
+    if lz.max() > np.log(np.finfo(float).max):
+        raise FloatingPointError("partition_function overflows the float range: use log=True")
+    return np.exp(lz)
 
 
 def interaction_energy(mu, A, log=False):
@@ -214,17 +226,24 @@ def interaction_energy(mu, A, log=False):
     Returns
     -------
     float
-        :math:`E` (``inf`` only if it exceeds the float range; use ``log=True`` then).
+
+    Raises
+    ------
+    FloatingPointError
+        :math:`E` exceeds the float range (use ``log=True``).
     """
     _check_measure(mu)
     A = as_square("A", A, mu.d)
+    log = as_flag("log", log)
     keep = mu.weights > 0
     lz = _block_lse(mu, A)[keep]
     log_e = float(np.log(0.5) + logsumexp(lz + np.log(mu.weights[keep])))
     if log:
         return log_e
-    with np.errstate(over="ignore"):
-        return float(np.exp(log_e))
+    if log_e > np.log(np.finfo(float).max):
+        raise FloatingPointError(f"interaction_energy = exp({log_e:.4g}) overflows the float "
+                                 "range: use log=True")
+    return float(np.exp(log_e))
 
 
 # --------------------------------------------------------------------------------------------

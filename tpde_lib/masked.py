@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import ot
 
-from ._checks import as_at_least, as_float_array, as_positive, as_square, as_times
+from ._checks import as_at_least, as_count, as_float_array, as_positive, as_square, as_times
 from .attention import kernel_sums
 from .masked_bounds import (
     _check_sink_mass,
@@ -90,8 +90,7 @@ def sink_positions(n, sink_mass, n_sink=None):
         ``n < 2``, ``sink_mass`` outside [0, 1), ``n_sink`` outside ``[1, n - 1]`` (or not 0 without
         an atom).
     """
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be an integer >= 2 (one sink token and one other), got {n!r}")
+    n = as_count("n", n, 2)
     m = _check_sink_mass(sink_mass, allow_zero=True)
     if m == 0.0:
         if n_sink not in (None, 0):
@@ -99,8 +98,8 @@ def sink_positions(n, sink_mass, n_sink=None):
         return np.arange(1, n + 1) / n, np.full(n, 1.0 / n)
     if n_sink is None:
         n_sink = int(min(max(round(m * n), 1), n - 1))
-    elif not isinstance(n_sink, (int, np.integer)) or not 1 <= n_sink <= n - 1:
-        raise ValueError(f"n_sink must be an integer in [1, n - 1] = [1, {n - 1}], got {n_sink!r}")
+    else:
+        n_sink = as_count("n_sink", n_sink, 1, n - 1)
     n_rest = n - int(n_sink)
     positions = np.concatenate([np.zeros(n_sink), np.arange(1, n_rest + 1) / n_rest])
     weights = np.concatenate([np.full(n_sink, m / n_sink), np.full(n_rest, (1.0 - m) / n_rest)])
@@ -371,8 +370,7 @@ def sensitivity(att, mu, nu, T, p=2, n_times=21, method="rk4", h=None, sup=False
     """
     if np.ndim(T) == 0:
         T = as_positive("T", T)
-        if not isinstance(n_times, (int, np.integer)) or n_times < 2:
-            raise ValueError(f"n_times must be an integer >= 2, got {n_times!r}")
+        n_times = as_count("n_times", n_times, 2)
         times = np.linspace(0.0, T, int(n_times))
     else:
         times = as_times("T", T)

@@ -87,7 +87,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_at_least, as_positive
+from ._checks import as_at_least, as_count, as_positive
 from .attention import Attention
 
 __all__ = ["StabilityBound", "support_radius", "lipschitz_constants", "stability_bound",
@@ -103,8 +103,7 @@ def _check_att(att):
 
 
 def _grid(T, n_grid):
-    if isinstance(n_grid, (bool, np.bool_)) or not isinstance(n_grid, (int, np.integer)) or n_grid < 1:
-        raise ValueError(f"n_grid must be a positive integer, got {n_grid!r}")
+    n_grid = as_count("n_grid", n_grid, 1)
     return np.linspace(0.0, T, int(n_grid)) if T > 0 else np.zeros(1)
 
 

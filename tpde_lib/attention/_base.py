@@ -26,7 +26,9 @@ method                                    what it gives (default)
 **No inherited formulas.** The closure, the constants and the mobility belong to the class that
 defines the field. A subclass that overrides ``field`` (or ``velocity``) without overriding one
 of them gets a method that raises ``NotImplementedError`` naming the subclass and the missing
-piece, never its parent's formula (:meth:`Attention.__init_subclass__`).
+piece, never its parent's formula (:meth:`Attention.__init_subclass__`). The rule is checked
+at call time, so it also holds for a field that comes from a mixin, is patched onto the class,
+or is set on the instance.
 
 A minimal variant sets ``self.d`` (and ``self.causal``, default False) and implements
 ``field``; :func:`tpde_lib.kernel_sums` gives it blocked evaluation and causal masking.
@@ -34,6 +36,7 @@ A minimal variant sets ``self.d`` (and ``self.causal``, default False) and imple
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,16 +76,34 @@ class GaussianClosure:
     constant: bool
 
 
-def _missing(method, owner):
-    def raise_missing(self, *args, **kwargs):
-        raise NotImplementedError(
-            f"{type(self).__name__} defines its own field, so it does not inherit "
-            f"{owner.__name__}.{method}: {owner.__name__}'s formula does not hold for it. "
-            f"Define {type(self).__name__}.{method} if the variant has one.")
-    raise_missing.__name__ = method
-    raise_missing.__doc__ = f"Not available: {method} is not defined for this variant."
-    raise_missing.__tpde_missing__ = True
-    return raise_missing
+def _field_owner(att):
+    """Where the field of ``att`` comes from: the instance itself, or the first class of its
+    MRO whose body defines ``field`` or ``velocity``."""
+    if "field" in vars(att) or "velocity" in vars(att):
+        return None                                  # set on the instance: nobody's formula
+    for klass in type(att).__mro__:
+        if "field" in klass.__dict__ or "velocity" in klass.__dict__:
+            return klass
+    return Attention
+
+
+def _guarded(method, func, owner):
+    """``func`` (defined in the body of ``owner``) usable only by variants whose field is
+    ``owner``'s own or a field that ``owner`` inherits: a formula belongs to the field it was
+    derived for."""
+    @functools.wraps(func)
+    def guarded(self, *args, **kwargs):
+        source = _field_owner(self)
+        if source is None or not issubclass(owner, source):
+            where = "on the instance" if source is None else f"in {source.__name__}"
+            raise NotImplementedError(
+                f"{type(self).__name__} has its own field ({where}), so "
+                f"{owner.__name__}.{method}, which belongs to {owner.__name__}'s field, does "
+                f"not apply to it. Define {method} for it if the variant has one.")
+        return func(self, *args, **kwargs)
+
+    guarded.__tpde_owner__ = owner
+    return guarded
 
 
 def as_measure(mu):
@@ -111,13 +132,6 @@ def square_param(name, value, d=None, what="A"):
     return p
 
 
-def as_flag(name, value):
-    """A ``bool`` flag (``causal="False"`` or 1 are refused: they are not flags)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
-
-
 class Attention:
     r"""Base class of every attention variant :math:`\mu \mapsto \Gamma_\mu`.
 
@@ -144,15 +158,14 @@ class Attention:
     causal = False
 
     def __init_subclass__(cls, **kwargs):
+        # every protocol method defined in this class body is guarded: it runs only for
+        # variants whose field is this class's own (or one this class inherits), whether the
+        # field was changed in a subclass, a mixin, by patching the class or on the instance
         super().__init_subclass__(**kwargs)
-        if "field" not in cls.__dict__ and "velocity" not in cls.__dict__:
-            return
         for method in PROTOCOL:
-            if method in cls.__dict__:
-                continue
-            owner = next(k for k in cls.__mro__ if method in k.__dict__)
-            if owner is not Attention:
-                setattr(cls, method, _missing(method, owner))
+            func = cls.__dict__.get(method)
+            if func is not None and not hasattr(func, "__tpde_owner__"):
+                setattr(cls, method, _guarded(method, func, cls))
 
     @property
     def name(self):
@@ -214,8 +227,11 @@ class Attention:
         if mu.d != d:
             raise ValueError(f"mu has dimension {mu.d} but the {self.name} parameters act on "
                              f"dimension d={d}")
+        causal = getattr(self, "causal", False)
+        if not isinstance(causal, (bool, np.bool_)):
+            raise TypeError(f"{self.name}.causal must be True or False, got {causal!r}")
         positions = None
-        if self.causal:
+        if causal:
             positions = mu.positions
             if positions is None:
                 raise ValueError(f"causal {self.name} attention needs token positions: "
@@ -226,12 +242,15 @@ class Attention:
                                  "at a position <= its own (positions vs weights)")
         out = self.field(mu.points, mu.weights, positions, t)
         out = np.asarray(out)
+        if out.dtype.kind not in "fiu":
+            raise TypeError(f"{self.name}.field returned an array of dtype {out.dtype}, expected "
+                            "real numbers")
         if out.shape != (mu.n, d):
             raise ValueError(f"{self.name}.field returned shape {out.shape}, expected "
                              f"({mu.n}, {d})")
         if not np.all(np.isfinite(out)):
             raise FloatingPointError(f"{self.name} velocity field is not finite at t={t:g} "
-                                     "(overflow)")
+                                     "(overflow, or NaN from the field)")
         return out
 
     # ---- Gaussian closure ----------------------------------------------------------------
@@ -252,7 +271,7 @@ class Attention:
         """
         raise NotImplementedError(f"{self.name} attention has no batched Gaussian closure")
 
-    def check_gaussian(self, mean, cov):
+    def check_gaussian(self, mean, cov, t=0.0):
         """Validate a closure's arguments: ``mean`` (d,), ``cov`` (d, d) symmetric PSD, finite.
 
         The covariance may be indefinite at round-off level (mid-integration states of
@@ -267,6 +286,7 @@ class Attention:
         if self.causal:
             raise NotImplementedError(f"causal (masked) {self.name} attention does not preserve "
                                       "Gaussians: no mean/covariance ODE")
+        as_float_array("t", t, ndim=0)
         m = as_float_array("mean", mean, shape=(self.d,))
         c = as_float_array("cov", cov, shape=(self.d, self.d))
         scale = max(np.abs(c).max(), np.finfo(float).tiny)

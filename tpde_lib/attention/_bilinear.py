@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from .. import gaussian_odes
-from ._base import Attention, GaussianClosure, as_flag, matrix_param, square_param
+from .._checks import as_flag
+from ._base import Attention, GaussianClosure, matrix_param, square_param
 from ._kernels import kernel_sums, support, weighted_values
 
 __all__ = ["Softmax", "Unnormalised", "Sigmoid", "Linear"]
@@ -105,7 +106,7 @@ class Softmax(_Bilinear):
     def gaussian_rhs(self, mean, cov, t=0.0):
         r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`
         (:func:`tpde_lib.gaussian_odes.softmax_rhs`). Returns ``(dmean (d,), dcov (d, d))``."""
-        m, c = self.check_gaussian(mean, cov)
+        m, c = self.check_gaussian(mean, cov, t)
         return gaussian_odes.softmax_rhs(self.A(t), self.V(t), m, c)
 
     def batched_closure(self):
@@ -222,7 +223,7 @@ class Linear(_Bilinear):
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Linear Gaussian closure (:func:`tpde_lib.gaussian_odes.linear_rhs`)."""
-        m, c = self.check_gaussian(mean, cov)
+        m, c = self.check_gaussian(mean, cov, t)
         return gaussian_odes.linear_rhs(self.A(t), self.V(t), m, c)
 
     def batched_closure(self):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import gaussian_odes
-from ._base import Attention, GaussianClosure, as_flag, matrix_param, square_param
+from .._checks import as_flag
+from ._base import Attention, GaussianClosure, matrix_param, square_param
 from ._kernels import kernel_sums, support, weighted_values
 
 __all__ = ["MultiHead", "L2"]
@@ -46,7 +47,8 @@ class MultiHead(Attention):
                 raise TypeError(f"heads[{i}] must be a tpde_lib Attention, got {type(h).__name__}")
         dims = {getattr(h, "d", None) for h in heads}
         if len(dims) != 1:
-            raise ValueError(f"heads must all act on the same dimension, got {sorted(map(str, dims))}")
+            raise ValueError("heads must all act on the same dimension, got "
+                             f"{[getattr(h, 'd', None) for h in heads]}")
         flags = {bool(h.causal) for h in heads}
         if len(flags) != 1:
             raise ValueError("heads must be all causal or all non-causal")
@@ -66,7 +68,7 @@ class MultiHead(Attention):
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Sum of the heads' Gaussian closures (``NotImplementedError`` if a head has none)."""
-        m, c = self.check_gaussian(mean, cov)
+        m, c = self.check_gaussian(mean, cov, t)
         dm, dc = self.heads[0].gaussian_rhs(m, c, t)
         dm, dc = np.array(dm, dtype=float), np.array(dc, dtype=float)
         for h in self.heads[1:]:
@@ -100,9 +102,11 @@ class MultiHead(Attention):
         return sum(h.growth_rate(t) for h in self.heads)
 
     def support_radius(self, T, R0, times):
-        if any(type(h).support_radius is not Attention.support_radius for h in self.heads):
-            raise NotImplementedError("multi-head support radius: every head must have a linear "
-                                      "growth bound |Gamma| <= c R")
+        for i, h in enumerate(self.heads):
+            if type(h).support_radius is not Attention.support_radius:
+                raise NotImplementedError(
+                    f"multi-head support radius: heads[{i}] ({h.name}) has no linear growth "
+                    "bound |Gamma| <= c R (its supports grow faster), so the sum has none here")
         return Attention.support_radius(self, T, R0, times)
 
     def log_lipschitz(self, R, t=0.0):
@@ -162,7 +166,7 @@ class L2(Attention):
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """ℓ² Gaussian closure (:func:`tpde_lib.gaussian_odes.l2_rhs`)."""
-        m, c = self.check_gaussian(mean, cov)
+        m, c = self.check_gaussian(mean, cov, t)
         return gaussian_odes.l2_rhs(self.Q(t), self.K(t), self.V(t), self.tau, m, c)
 
     def batched_closure(self):

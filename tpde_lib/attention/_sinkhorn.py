@@ -41,8 +41,8 @@ import warnings
 import numpy as np
 
 from .. import gaussian_odes
-from .._checks import as_positive
-from ._base import GaussianClosure, as_flag, as_measure
+from .._checks import as_flag, as_positive
+from ._base import GaussianClosure, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._kernels import kernel_sums, weighted_values
 
@@ -392,7 +392,7 @@ class Sinkhorn(_Bilinear):
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Sinkhorn Gaussian closure (:func:`tpde_lib.gaussian_odes.sinkhorn_rhs`)."""
-        m, c = self.check_gaussian(mean, cov)
+        m, c = self.check_gaussian(mean, cov, t)
         return gaussian_odes.sinkhorn_rhs(self.A(t), self.V(t), self.eps, m, c)
 
     def batched_closure(self):

@@ -28,15 +28,13 @@ def as_attention_list(att):
 
 
 def _closures(atts):
-    """The members' batched closures, or None when one has none (then loop)."""
+    """The members' batched closures, or None (then loop) when one has none or they differ."""
     try:
         closures = [a.batched_closure() for a in atts]
     except NotImplementedError:
         return None
-    keys = {cl.key for cl in closures}
-    if len(keys) != 1:
-        raise ValueError("att: all attentions of a batch must be of the same variant (and, "
-                         "for multi-head, the same heads), got different closures")
+    if len({cl.key for cl in closures}) != 1:
+        return None     # different variants: solved member by member
     return closures
 
 

@@ -55,9 +55,11 @@ def gauss_hermite(g, nodes_per_dim=None):
             raise ValueError(f"d = {d} > 4: pass nodes_per_dim (the grid has nodes_per_dim**d "
                              f"points, at most {_MAX_POINTS})")
         nodes_per_dim = _NODES[d]
-    if (isinstance(nodes_per_dim, (bool, np.bool_))
-            or not isinstance(nodes_per_dim, (int, np.integer)) or nodes_per_dim < 1):
-        raise TypeError(f"nodes_per_dim must be a positive int, got {nodes_per_dim!r}")
+    if isinstance(nodes_per_dim, (bool, np.bool_)) or not isinstance(nodes_per_dim, (int, np.integer)):
+        raise TypeError(f"nodes_per_dim must be an int, got {nodes_per_dim!r}")
+    if nodes_per_dim < 4:
+        raise ValueError(f"nodes_per_dim must be >= 4 (a coarser grid cannot tell an affine field "
+                         f"from a curved one), got {nodes_per_dim}")
     if nodes_per_dim ** d > _MAX_POINTS:
         raise ValueError(f"nodes_per_dim**d = {nodes_per_dim ** d} exceeds {_MAX_POINTS} points")
     z, w = hermegauss(int(nodes_per_dim))
@@ -104,8 +106,13 @@ def affine_defect(att, g, t=0.0, nodes_per_dim=None):
         raise ValueError("affine_defect needs a non-causal attention (a Gaussian has no "
                          "positions)")
     t = float(as_float_array("t", t, ndim=0))
+    if not isinstance(g, Gaussian):
+        raise TypeError(f"g must be a tpde_lib Gaussian, got {type(g).__name__}")
+    if g.d != att.d:
+        raise ValueError(f"g has dimension {g.d} but att acts on dimension d={att.d}")
     mu = gauss_hermite(g, nodes_per_dim)
     field = att.velocity(mu, t)
+    field = field / max(np.abs(field).max(), np.finfo(float).tiny)   # the defect is scale-free
     X = np.hstack([mu.points, np.ones((mu.n, 1))])
     sw = np.sqrt(mu.weights)[:, None]
     coef, *_ = np.linalg.lstsq(X * sw, field * sw, rcond=None)
@@ -113,4 +120,6 @@ def affine_defect(att, g, t=0.0, nodes_per_dim=None):
     centred = field - mu.weights @ field
     num = float(np.sqrt(mu.weights @ (resid ** 2).sum(axis=1)))
     den = float(np.sqrt(mu.weights @ (centred ** 2).sum(axis=1)))
-    return 0.0 if den == 0 else min(1.0, num / den)
+    # a field constant up to round-off (relative 1e-12 of its size, which is 1 after the
+    # scaling above) is affine: its defect is 0, not a ratio of two round-off errors
+    return 0.0 if den <= 1e-12 else min(1.0, num / den)

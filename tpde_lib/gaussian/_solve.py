@@ -179,7 +179,7 @@ def _is_blowup(q, dq, t, t0, q_cap):
 
 
 def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", max_step=np.inf,
-                      max_growth=_MAX_GROWTH, max_steps=100_000):
+                      max_growth=_MAX_GROWTH, max_steps=10_000):
     r"""Integrate the mean/covariance ODE of ``att`` from ``g0`` (appendix "Derivations", :eq:`eq-closure`).
 
     Solves :math:`\alpha' = b + M\alpha`, :math:`\Sigma' = M\Sigma + \Sigma M^\top` (the
@@ -262,6 +262,7 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
             or max_steps < 1):
         raise TypeError(f"max_steps must be a positive int, got {max_steps!r}")
     budget = [20 * int(max_steps)]
+    reached = [float(times[0])]     # the last time at which the state was finite
     f_plain = f
 
     def f(t, y):
@@ -269,7 +270,10 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
         if budget[0] < 0:
             raise RuntimeError(f"simulate_gaussian: more than max_steps={max_steps} steps "
                                f"(t = {t:g}); raise max_steps, or loosen rtol/atol")
-        return f_plain(t, y)
+        out = f_plain(t, y)
+        if np.isfinite(out).all():
+            reached[0] = max(reached[0], float(t))
+        return out
 
     y0 = np.concatenate([g0.mean, g0.cov.ravel()])
     # surfaces shape and NotImplementedError problems before integrating
@@ -314,8 +318,9 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
                     t_out.append(np.asarray(sol.t))
                 blowup, status = t_fail + rho, "blowup"
                 break
-            raise RuntimeError(f"simulate_gaussian: integration failed at t={t_fail:g}: "
-                               f"{sol.message}")
+            raise RuntimeError(f"simulate_gaussian: integration failed near t={reached[0]:g} "
+                               f"(the state overflows there: {sol.message}); max_growth watches "
+                               "tr Sigma only, not the mean")
         if len(sol.t):
             out.append(np.asarray(sol.y).T)
             t_out.append(np.asarray(sol.t))

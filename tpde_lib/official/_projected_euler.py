@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import as_covariance, as_float_array, as_positive
+from .._checks import as_count, as_covariance, as_float_array, as_positive
 
 __all__ = ["ProjectedEulerResult", "projected_euler"]
 
@@ -82,9 +82,8 @@ def projected_euler(rhs, cov0, h, tol_low=1e-5, tol_high=1e3, max_iter=50000, re
     """
     h = as_positive("h", h)
     tol_low, tol_high = as_positive("tol_low", tol_low), as_positive("tol_high", tol_high)
-    for name, v in (("max_iter", max_iter), ("record_every", record_every)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    max_iter = as_count("max_iter", max_iter, 1)
+    record_every = as_count("record_every", record_every, 1)
     if not callable(rhs):
         raise TypeError("rhs must be a callable S (B, d, d) -> (B, d, d); use covariance_rhs(att)")
     S = as_float_array("cov0", cov0)

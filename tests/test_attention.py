@@ -1,9 +1,9 @@
-"""Tests of the attention velocity fields (paper notes §2, §9) against independent computations.
+"""Tests of the attention velocity fields against independent computations.
 
 The oracle for every variant is a direct per-token double loop over queries and keys written from
-the formulas of paper notes §2 (no vectorisation, no blocking, no stabilisation beyond what the
-small test scores need). Float64 sums of a few dozen terms of size O(1) agree to ~1e-13, so
-``rtol=1e-10`` leaves room for reordering only.
+the formulas of the chapter "The Transformer PDE" (no vectorisation, no blocking, no
+stabilisation beyond what the small test scores need). Float64 sums of a few dozen terms of size
+O(1) agree to ~1e-13, so ``rtol=1e-10`` leaves room for reordering only.
 """
 
 import math
@@ -156,7 +156,7 @@ def test_zero_weight_tokens_do_not_act_on_others():
 
 
 # ---------------------------------------------------------------------------------------------
-# symmetries (paper notes §9.4)
+# symmetries
 # ---------------------------------------------------------------------------------------------
 
 def _all_attentions(A, V, d):
@@ -181,7 +181,7 @@ def test_velocity_is_permutation_equivariant(n, seed):
 @settings(max_examples=10, deadline=None)
 @given(n=st.integers(1, 10), seed=st.integers(0, 2**16))
 def test_duplicating_every_token_with_half_weights_leaves_velocity_unchanged(n, seed):
-    # same measure mu^n, twice as many particles (paper notes §9.4)
+    # same measure mu^n, twice as many particles
     X, w, _, A, V = _problem(n=n, seed=seed)
     for name, att in _all_attentions(A, V, 3).items():
         v = att.velocity(Empirical(X, w))
@@ -191,7 +191,7 @@ def test_duplicating_every_token_with_half_weights_leaves_velocity_unchanged(n, 
 
 
 # ---------------------------------------------------------------------------------------------
-# masked (causal) attention (paper notes §2.8, §9.18)
+# masked (causal) attention
 # ---------------------------------------------------------------------------------------------
 
 def test_causal_token_at_position_zero_sees_only_its_fibre():
@@ -223,7 +223,7 @@ def test_causal_last_token_equals_full_attention():
 
 
 # ---------------------------------------------------------------------------------------------
-# Sinkhorn (paper notes §2.4) against POT
+# Sinkhorn against POT
 # ---------------------------------------------------------------------------------------------
 
 def _pot_plan(X, w, A, eps):
@@ -402,7 +402,7 @@ def _affine_rhs(b, M, mean, cov):
 
 
 def test_softmax_and_multihead_gaussian_rhs_match_exponential_tilt_closed_form():
-    # tilt of N(alpha, Sigma) by e^{<Ax, y>} has mean alpha + Sigma A x (paper notes §9.2)
+    # tilt of N(alpha, Sigma) by e^{<Ax, y>} has mean alpha + Sigma A x
     mean, cov, A, V = _gaussian_problem()
     t = 0.3
     A_t = lambda t: A * (1 + t)
@@ -417,7 +417,7 @@ def test_softmax_and_multihead_gaussian_rhs_match_exponential_tilt_closed_form()
 
 
 def test_linear_gaussian_rhs_matches_second_moment_closed_form():
-    # Gamma(x) = V (Sigma + alpha alpha^T) A x (paper notes §2.6)
+    # Gamma(x) = V (Sigma + alpha alpha^T) A x
     mean, cov, A, V = _gaussian_problem(seed=12)
     dm, dc = Linear(A, V).gaussian_rhs(mean, cov)
     want = _affine_rhs(np.zeros(3), V @ (cov + np.outer(mean, mean)) @ A, mean, cov)
@@ -439,7 +439,7 @@ def test_l2_gaussian_rhs_matches_gaussian_product_closed_form():
 
 
 def test_sinkhorn_gaussian_mean_moves_by_v_alone():
-    # alpha_t = e^{tV} alpha_0 exactly (paper notes §9.13): alpha' = V alpha
+    # alpha_t = e^{tV} alpha_0 exactly: alpha' = V alpha
     mean, cov, A, V = _gaussian_problem(seed=14)
     dm, dc = Sinkhorn(A + A.T, V, eps=0.5).gaussian_rhs(mean, cov)
     np.testing.assert_allclose(dm, V @ mean, rtol=1e-10)

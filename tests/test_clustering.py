@@ -175,16 +175,16 @@ def test_paper_rhs_matches_the_official_formulas():
     e = cl.paper_experiment("E6")
     Q, K, V, d = e.Q, e.K, e.V, 2
     A = K.T @ Q / np.sqrt(d)
-    # softmax: V S A S + (.)^T written out directly (notes §5.2)
+    # softmax: V S A S + (.)^T written out directly
     want = np.array([V @ s @ A @ s + (V @ s @ A @ s).T for s in S])
     np.testing.assert_allclose(e.rhs("softmax")(S), want, atol=1e-12)
-    # L2, code form: 2 V S (I + 2 K^T K S)^{-1} A S + (.)^T (notes §5.4)
+    # L2, code form: 2 V S (I + 2 K^T K S)^{-1} A S + (.)^T
     want = []
     for s in S:
         X = 2 * V @ s @ np.linalg.inv(np.eye(d) + 2 * K.T @ K @ s) @ A @ s
         want.append(X + X.T)
     np.testing.assert_allclose(e.rhs("L2")(S), np.array(want), atol=1e-10)
-    # multi-head with H = 1 is softmax (notes §9.16)
+    # multi-head with H = 1 is softmax
     np.testing.assert_allclose(e.rhs("multihead")(S), e.rhs("softmax")(S), atol=1e-12)
 
 
@@ -272,7 +272,7 @@ def test_chunked_euler_equals_one_uninterrupted_run():
 
 def test_phase_classification_matches_the_closed_form_for_V_identity():
     # V = I: blow-up iff A + A^T has a positive eigenvalue, at t* = 1/lambda_max(S0^1/2 (A+A^T)
-    # S0^1/2); otherwise the limit has rank d - rank(A + A^T) (notes §6.3 R2). Computed here
+    # S0^1/2); otherwise the limit has rank d - rank(A + A^T). Computed here
     # independently from the eigenvalues of the 2x2 matrices.
     a = np.array([-0.8, -0.3, 0.0, 0.4])
     S0 = np.array([[0.6, 0.1], [0.1, 0.4]])

@@ -1,4 +1,4 @@
-"""Tests of the Gaussian solvers, blow-up detection and closed forms (paper notes §5, §6.3, §7.2, §9).
+"""Tests of the Gaussian solvers, blow-up detection and closed forms.
 
 Independent references: the closed forms of §6.3 R2/R3 (written here directly from the formulas,
 with inverses, not through the library's stable forms), the matrix exponential for Sinkhorn's
@@ -33,7 +33,7 @@ def _spd(rng, d, eps=0.1):
 
 
 def _riccati_inverse_form(cov0, A, t):
-    """Sigma_t = (Sigma_0^{-1} - t (A + A^T))^{-1}, literally (notes §9.8); Sigma_0 invertible."""
+    """Sigma_t = (Sigma_0^{-1} - t (A + A^T))^{-1}, literally; Sigma_0 invertible."""
     return np.linalg.inv(np.linalg.inv(cov0) - t * (A + A.T))
 
 
@@ -74,7 +74,7 @@ def test_blowup_time_is_batched_and_infinite_without_positive_directions():
 
 
 def test_limit_covariance_equals_woodbury_and_has_rank_d_minus_rank_U():
-    # Sigma_inf = S0 - S0 U (U^T S0 U)^{-1} U^T S0 with -(A + A^T) = U U^T (notes §6.3 R2)
+    # Sigma_inf = S0 - S0 U (U^T S0 U)^{-1} U^T S0 with -(A + A^T) = U U^T
     rng = np.random.default_rng(2)
     for d in (3, 4, 5):
         Q = rng.standard_normal((d // 2, d))
@@ -88,7 +88,7 @@ def test_limit_covariance_equals_woodbury_and_has_rank_d_minus_rank_U():
 
 
 def test_scalar_closed_form_solves_the_scalar_ode():
-    # sigma' = 2 v a sigma^2 (notes §6.3 R3), checked by central finite differences
+    # sigma' = 2 v a sigma^2, checked by central finite differences
     s0, a, v = 0.7, 0.4, -1.3
     ts = np.linspace(0.1, 3, 9)
     eps = 1e-5
@@ -124,7 +124,7 @@ def test_solver_matches_the_scalar_closed_form_with_a_scalar_value():
 
 
 def test_blowup_time_is_accurate_to_1e_minus_3_on_50_random_cases():
-    # softmax, V = I: t* = 1 / lambda_max(S0^{1/2} (A + A^T) S0^{1/2}) (notes §6.3 R2); the
+    # softmax, V = I: t* = 1 / lambda_max(S0^{1/2} (A + A^T) S0^{1/2}); the
     # detection extrapolates t* ~ t + q/q' from q = 1e6 q0 (module docstring): error ~1e-6.
     rng = np.random.default_rng(4)
     errs = []
@@ -146,7 +146,7 @@ def test_blowup_time_is_accurate_to_1e_minus_3_on_50_random_cases():
 
 
 def test_sinkhorn_mean_is_the_matrix_exponential_and_growth_is_not_a_blowup():
-    # alpha_t = e^{tV} alpha_0 exactly (notes §5.5); with A + A^T > 0 and V = I the covariance
+    # alpha_t = e^{tV} alpha_0 exactly; with A + A^T > 0 and V = I the covariance
     # grows exponentially (R6), crossing the 1e6 growth thresholds without being a blow-up.
     A = np.array([[1.0, 0.3], [-0.2, 0.8]])
     V = np.array([[0.3, 0.5], [-0.4, 0.2]])
@@ -221,7 +221,7 @@ def test_particles_sampled_from_a_gaussian_follow_the_moment_ode():
 
 
 def test_rank_is_preserved_at_finite_times():
-    # notes §6.3 R1: a rank-one Sigma0 stays rank one (flow maps are affine and invertible)
+    # a rank-one Sigma0 stays rank one (flow maps are affine and invertible)
     rng = np.random.default_rng(8)
     u = rng.standard_normal(3)
     S0 = np.outer(u, u)
@@ -339,7 +339,7 @@ def test_batch_blowup_times_match_the_closed_form_and_convergence_matches_the_li
 # projected Euler (authors' scheme)
 # ---------------------------------------------------------------------------------------------
 def _authors_loop(rhs, S, h, tol_low, tol_high, max_iter):
-    """Plain per-member transcription of the published ``evolution`` loop (notes §7.2)."""
+    """Plain per-member transcription of the published ``evolution`` loop."""
     path = []
     status = "max_iter"
     for _ in range(max_iter):

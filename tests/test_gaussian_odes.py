@@ -1,4 +1,4 @@
-"""Tests of the Gaussian mean/covariance right-hand sides (paper notes §5, §9).
+"""Tests of the Gaussian mean/covariance right-hand sides.
 
 Each right-hand side is checked against an independent computation: Monte Carlo estimates of the
 attention field under a Gaussian (the field must be affine, b + M x, and the ODE must be
@@ -80,7 +80,7 @@ def gaussian_sample():
 
 
 def test_exponential_tilt_mean_is_alpha_plus_sigma_A_x(gaussian_sample):
-    # E[e^{<Ax,y>} y] / E[e^{<Ax,y>}] = alpha + Sigma A x under N(alpha, Sigma) (notes §9.2);
+    # E[e^{<Ax,y>} y] / E[e^{<Ax,y>}] = alpha + Sigma A x under N(alpha, Sigma);
     # tolerance: 5 MC standard errors (delta method for the self-normalised estimator).
     rng, mean, cov, Y = gaussian_sample
     A = 0.4 * rng.standard_normal((D, D))
@@ -162,7 +162,7 @@ def test_sinkhorn_rhs_matches_the_official_code_formula_for_invertible_A():
 
 def test_sinkhorn_slope_solves_the_fixed_point_and_joint_precision_identities():
     # G = (Sigma - G Sigma G^T) A, and the joint covariance [[S, S G^T], [G S, S]] has inverse
-    # upper-right (x, y) block -A^T (notes §9.13): independent of how G was computed.
+    # upper-right (x, y) block -A^T: independent of how G was computed.
     rng = np.random.default_rng(5)
     A = rng.standard_normal((D, D))
     S = _spd(rng, D)
@@ -228,7 +228,7 @@ def test_sinkhorn_accepts_singular_A_and_singular_Sigma():
 
 
 def test_sinkhorn_scalar_case_matches_the_1d_closed_form():
-    # notes §6.3 R3: sigma' = (v/a)(sqrt(1 + 4 a^2 sigma^2) - 1) in 1-D (eps = 1)
+    # sigma' = (v/a)(sqrt(1 + 4 a^2 sigma^2) - 1) in 1-D (eps = 1)
     for a, v, s in [(0.7, 1.3, 0.4), (-1.2, 0.5, 2.0), (2.0, -1.0, 0.1)]:
         got = sinkhorn_rhs(np.array([[a]]), np.array([[v]]), 1.0, np.zeros(1), np.array([[s]]))[1]
         assert np.isclose(got[0, 0], v / a * (np.sqrt(1 + 4 * a * a * s * s) - 1), rtol=1e-12)

@@ -1,4 +1,4 @@
-"""Tests of the particle simulator (paper notes §1.1, §9.3, §9.5, §9.18).
+"""Tests of the particle simulator.
 
 Oracles: hand-written residual layers x <- x + h Gamma(x) with the per-token loop field, a
 tightly-toleranced DOP853 reference for convergence orders, the support bound of §9.3, and the
@@ -90,7 +90,7 @@ def test_adaptive_agrees_with_rk4():
 
 
 def test_softmax_particles_obey_support_bound():
-    # |x_i(t)| <= max_j |x_j(0)| e^{||V||_2 t} (paper notes §9.3): V expanding, so the bound bites
+    # |x_i(t)| <= max_j |x_j(0)| e^{||V||_2 t}: V expanding, so the bound bites
     X, A, _ = _cloud(n=40, seed=4)
     V = np.array([[1.0, 0.5], [0.0, 0.8]])
     times = np.linspace(0, 2, 11)
@@ -123,7 +123,7 @@ def test_weights_and_positions_travel_with_the_points():
     np.testing.assert_array_equal(mu.weights, w)
     np.testing.assert_array_equal(mu.positions, s)
     np.testing.assert_array_equal(mu.points, traj.points[2])
-    # the s = 0 fibre moves as if alone (paper notes §9.18), weights renormalised
+    # the s = 0 fibre moves as if alone, weights renormalised
     alone = simulate(Softmax(A, V), Empirical(X[:2], w[:2] / w[:2].sum()), [0.0, 0.5, 1.0],
                      h=0.05)
     np.testing.assert_allclose(traj.points[:, :2], alone.points, rtol=1e-12, atol=1e-14)

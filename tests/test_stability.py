@@ -1,4 +1,4 @@
-"""Tests of tpde_lib.stability: the explicit constants of the stability estimate (paper notes §3).
+"""Tests of tpde_lib.stability: the explicit constants of the stability estimate.
 
 The bounds are checked by sampling: measured ratios |Γ_μ(x) - Γ_μ(x')| / |x - x'| and
 |Γ_μ(x) - Γ_ν(x)| / W_1(μ, ν) must stay below L_x and L_mu. A bound that can never be violated

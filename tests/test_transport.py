@@ -1,4 +1,4 @@
-"""Tests of tpde_lib.transport: W_p, Bures–Wasserstein, conditional W_p (paper notes §3, §4.1, §5).
+"""Tests of tpde_lib.transport: W_p, Bures–Wasserstein, conditional W_p.
 
 Every distance is compared with an independent computation: a linear program solved by scipy,
 the 1-D quantile formula, closed forms for Gaussians, POT's own Bures–Wasserstein function, or the

@@ -1,6 +1,6 @@
 """Parameters that may be constant arrays or callables of time (layer-dependent weights).
 
-The paper's framework allows the attention matrices to depend on depth ``t`` (paper notes §1.1).
+The paper's framework allows the attention matrices to depend on depth ``t``.
 A :class:`Param` wraps either a fixed array (validated once) or a callable ``t -> array``
 (validated, with the same checks, each time it is evaluated). The checks are those of the
 library's input policy (:mod:`tpde_lib._checks`): real numeric (no bool, complex or strings),

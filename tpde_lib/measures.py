@@ -3,7 +3,7 @@ r"""Probability measures on token space: empirical measures and Gaussians.
 A sequence of :math:`n` tokens :math:`x_1, \dots, x_n \in \mathbb R^d` is the empirical measure
 :math:`\mu^n = \sum_i w_i \delta_{x_i}` (uniform weights :math:`w_i = 1/n` by default). For masked
 (causal) attention each token also carries a position :math:`s_i \in [0, 1]` and the measure lives
-on :math:`\mathbb R^d \times [0, 1]` (paper notes §2.8).
+on :math:`\mathbb R^d \times [0, 1]`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""Interacting particle systems of the Transformer PDE: deep residual attention as an ODE.
 
-The tokens of a sequence move under their own attention field (paper notes §1.1),
+The tokens of a sequence move under their own attention field,
 
 .. math::
     \dot x_i(t) = \Gamma_{\mu^n(t)}(t, x_i(t)),\qquad \mu^n(t)=\sum_j w_j\delta_{x_j(t)},
@@ -141,7 +141,7 @@ def _check_step_budget(total, max_steps, method, h):
 
 def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
              ivp_method="DOP853", on_blowup="raise", max_steps=None):
-    r"""Integrate the particle system :math:`\dot x_i=\Gamma_{\mu^n(t)}(t,x_i)` (paper notes §1.1).
+    r"""Integrate the particle system :math:`\dot x_i=\Gamma_{\mu^n(t)}(t,x_i)`.
 
     Parameters
     ----------

@@ -1,10 +1,10 @@
 r"""Optimal-transport distances between token measures: W_p, Bures–Wasserstein, conditional W_p.
 
-The stability and mean-field statements of the paper are measured in Wasserstein distances
-(paper notes §3): :math:`W_p(\mu, \nu) = \big(\min_{\pi \in \Pi(\mu, \nu)} \int |x - y|^p
-\, d\pi\big)^{1/p}`. Masked attention uses the conditional distance of paper notes §4.1, which only
+The stability and mean-field statements of the paper are measured in Wasserstein distances:
+:math:`W_p(\mu, \nu) = \big(\min_{\pi \in \Pi(\mu, \nu)} \int |x - y|^p
+\, d\pi\big)^{1/p}`. Masked attention uses the conditional distance (chapter "Masked attention"), which only
 couples tokens at the same sequence position. Gaussians have the closed-form Bures–Wasserstein
-distance (paper notes §5). Exact discrete OT is POT's network simplex ``ot.emd2``
+distance. Exact discrete OT is POT's network simplex ``ot.emd2``
 (Flamary et al. 2021); the large-n option (sliced) is labelled an approximation, and it is a lower
 bound.
 """
@@ -225,7 +225,9 @@ def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
     RuntimeError
         The exact solver did not reach optimality.
 
-    See paper notes §3 (stability in W_p) and chapter "Mean-field limit".
+    Notes
+    -----
+    Used in the chapters "Mean-field limit" and "Well-posedness and stability".
     """
     _check_pair(mu, nu)
     p = _check_p(p)
@@ -269,7 +271,9 @@ def bures_wasserstein(g1, g2):
     ValueError
         The dimensions differ (names ``g2``).
 
-    See paper notes §5 and chapter "Gaussian solutions"; Peyré and Cuturi (2019), Remark 2.31.
+    Notes
+    -----
+    Used in the chapter "Gaussian solutions"; Peyré and Cuturi (2019), Remark 2.31.
     """
     for name, g in (("g1", g1), ("g2", g2)):
         as_instance(name, g, Gaussian, "a Gaussian")
@@ -299,7 +303,7 @@ def _fibres(m, name):
 
 
 def conditional_wasserstein(mu, nu, p=2):
-    r"""Conditional Wasserstein distance of masked attention (paper notes §4.1), not raised to p.
+    r"""Conditional Wasserstein distance of masked attention, not raised to p.
 
     For :math:`\mu, \nu` on :math:`\mathbb R^d \times [0, 1]` with the same position marginal
     :math:`m`, disintegrated as :math:`\mu = \int \mu_s \, dm(s)`, :math:`\nu = \int \nu_s \, dm(s)`:
@@ -332,7 +336,9 @@ def conditional_wasserstein(mu, nu, p=2):
         measures must have the same set of position values and the same mass at each, to an
         absolute tolerance ``MARGINAL_TOL`` = 1e-9.
 
-    See paper notes §4.1 and chapter "Masked attention".
+    Notes
+    -----
+    Used in the chapter "Masked attention".
     """
     _check_pair(mu, nu)
     p = _check_p(p)

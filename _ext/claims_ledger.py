@@ -125,8 +125,19 @@ def _plain(text):
     return text.replace("\\", "")
 
 
+def _section_id(app, check):
+    """The HTML id of the section holding ``check``: MyST maps each heading's slug (what the
+    chapter sources give) to the section's docutils id (which differs for headings with math)."""
+    slugs = app.env.metadata.get(check["chapter"], {}).get("myst_slugs", {})
+    entry = slugs.get(check["anchor"])
+    if entry is None:
+        raise ExtensionError(f"claims ledger: no section {check['anchor']!r} in "
+                             f"{check['chapter']} (check {check['key']!r})")
+    return entry[1]
+
+
 def _link(app, fromdoc, check, text=None):
-    uri = app.builder.get_relative_uri(fromdoc, check["chapter"]) + "#" + check["anchor"]
+    uri = app.builder.get_relative_uri(fromdoc, check["chapter"]) + "#" + _section_id(app, check)
     short = check["title"].split(":")[0]
     label = text or f"{_plain(short)} › {_plain(check['section'])}"
     return nodes.reference("", label, refuri=uri, internal=True)

@@ -51,7 +51,7 @@ __all__ = ["kernel_sums", "KERNELS", "set_num_threads", "get_num_threads", "dens
 #: scores in one tile (32768 float64 = 256 KB, in L2 cache with its keys and values)
 _BLOCK_ENTRIES = 32_768
 #: at most this many keys per tile: longer rows are summed tile by tile
-_BLOCK_COLS = 256
+_BLOCK_COLS = 512
 #: a threaded call splits its rows into at least this many blocks (load balance up to 16 threads)
 _MIN_BLOCKS = 16
 #: calls with fewer scores (n m) run on the calling thread (the pool costs ~0.1 ms)
@@ -193,8 +193,8 @@ def block_shape(n, m):
     """(rows, columns) of a tile for ``n`` queries and ``m`` keys, from the shapes alone."""
     cols = max(1, min(m, _BLOCK_COLS))
     rows = max(1, min(n, _BLOCK_ENTRIES // cols))
-    if n * m >= _PARALLEL_ENTRIES:
-        rows = max(1, min(rows, -(-n // _MIN_BLOCKS)))
+    if n * m >= _PARALLEL_ENTRIES:          # enough blocks for the pool, rows a multiple of 8
+        rows = max(1, min(rows, 8 * -(-n // (8 * _MIN_BLOCKS))))
     return rows, cols
 
 

@@ -371,7 +371,13 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
     keys its last query sees, and only the tiles its queries partly see are masked. A query with
     no visible key gets a zero row for the callable and sigmoid kernels and ``nan`` (with
     ``M = -inf``) for ``"softmax"``/``"exp"`` (an empty normalisation; the variants never ask
-    for it). Threads and bitwise reproducibility: module docstring.
+    for it).
+
+    Threads: the row blocks are spread over ``TPDE_NUM_THREADS`` threads (environment variable;
+    default: the cores available; ``set_num_threads(k)`` in this module overrides it) for calls
+    of at least ``_PARALLEL_ENTRIES`` scores, with BLAS held to one thread meanwhile
+    (``threadpoolctl``). The results are bitwise identical for every number of threads: the
+    tiles and their operations depend only on the shapes and the data.
     """
     _check_2d("queries", queries)
     _check_2d("keys", keys, queries.shape[1])

@@ -1,18 +1,26 @@
 """Speed and memory of the attention velocity fields (a script, not a test).
 
-Prints, side by side:
+Prints, side by side in one run, for n = 1000, 4000, 16000 tokens and d = 2, 16:
 
-* each velocity field's time divided by a *primitive bound* at n = 4000 tokens, d = 2 and 16:
-  one n x n score matmul, one exp and one (n x n) @ (n x d) matmul in plain numpy, i.e. the
-  least work any dense softmax attention does;
+* each field's time (``att.velocity(mu)``, uniform weights) and its ratios to
+  - the *exp bound*: n^2 x the measured in-cache time of one ``np.exp`` (one core), divided by
+    the cores used, i.e. the time of the n^2 exponentials alone (a softmax field needs them);
+  - the plain numpy version of the same field (full n x n matrices, three lines; skipped where
+    those matrices would exceed ``PLAIN_MAX_BYTES``);
+  - ``jax.jit`` of the same field in float64 (``pip install -r requirements-bench.txt``;
+    "JAX not installed" otherwise), compiled before timing;
+  and the largest difference to the plain or jax value (they compute the same field);
 * our Sinkhorn attention divided by POT's log-domain Sinkhorn (``ot.sinkhorn(...,
   method="sinkhorn_log")``) at the same tolerance, both from a cold start (our ``tol`` is on the L1
   marginal violation, which bounds POT's L2 ``stopThr``: ours does at least as much);
-* the peak memory of one softmax evaluation at n = 40,000, d = 2, run in a child process whose
-  address space is capped at 3 GiB.
+* one softmax evaluation at n = 100,000, d = 2 in a child process whose address space is capped
+  at 3 GiB: time and peak resident memory.
 
-Run: ``python benchmarks/velocity.py``. BLAS threads default to 1 (set ``OPENBLAS_NUM_THREADS``
-to change it): on a small shared machine multi-threaded BLAS makes every timing erratic.
+Every time is the smallest of a few repeats (the least disturbed by the other processes of a
+shared machine); the load average is printed with the table. Run: ``python
+benchmarks/velocity.py [--quick]`` (``--quick``: n = 1000, 4000 only). BLAS threads default to 1
+(``OPENBLAS_NUM_THREADS``): ``kernel_sums`` threads over row blocks itself (``TPDE_NUM_THREADS``,
+default: all cores), and JAX uses its own thread pool.
 """
 
 import os
@@ -29,19 +37,25 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 import ot  # noqa: E402
 
-from tpde_lib.attention import (  # noqa: E402
-    L2,
-    Linear,
-    MultiHead,
-    Sigmoid,
-    Sinkhorn,
-    Softmax,
-    Unnormalised,
-)
+from tpde_lib.attention import L2, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised  # noqa: E402
+from tpde_lib.attention._kernels import get_num_threads  # noqa: E402
 from tpde_lib.measures import Empirical  # noqa: E402
 
+try:
+    import jax
+    import jax.numpy as jnp
 
-def best_time(fn, repeat=5):
+    jax.config.update("jax_enable_x64", True)
+except ImportError:
+    jax = None
+
+#: the plain numpy versions are skipped above this size of one n x n float64 matrix
+PLAIN_MAX_BYTES = 600 * 2**20
+#: jax.jit fuses some of its n x n temporaries: it runs up to this size of one such matrix
+JAX_MAX_BYTES = 2100 * 2**20
+
+
+def best_time(fn, repeat=3):
     """Smallest wall time of ``repeat`` calls (the least disturbed by other processes)."""
     times = []
     for _ in range(repeat):
@@ -51,42 +65,125 @@ def best_time(fn, repeat=5):
     return min(times)
 
 
-def primitive(X, A):
-    """One score matmul, one exp, one matmul: a lower bound for dense softmax attention."""
-    E = np.exp(X @ A.T @ X.T)
-    return E @ X
+def best_wall_cpu(fn, repeat=3):
+    """Smallest wall time and smallest CPU time (all threads of this process) of ``repeat`` calls."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return min(wall), min(cpu)
 
 
-def velocity_table(n=4000, dims=(2, 16), seed=0):
+def exp_seconds():
+    """In-cache time of one float64 exp on one core (min over many calls on a 256 KB array)."""
+    src = -10.0 * np.random.default_rng(0).random(32_768)
+    dst = np.empty_like(src)
+    return min(best_time(lambda: np.exp(src, out=dst), 50) for _ in range(20)) / src.size
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+# ---------------------------------------------------------------------------------------------
+# the fields: ours, plain numpy, jax (xp = np or jnp; w uniform)
+# ---------------------------------------------------------------------------------------------
+
+def _softmax_plain(xp, X, A, V, mask=None):
+    S = X @ A.T @ X.T
+    if mask is not None:
+        S = xp.where(mask, S, -xp.inf)
+    E = xp.exp(S - S.max(axis=1, keepdims=True))
+    return (E @ X) / E.sum(axis=1, keepdims=True) @ V.T
+
+
+def _l2_plain(xp, X, Q, K, V, tau=1.0):
+    qx, ky = X @ Q.T, X @ K.T
+    S = (2.0 * qx @ ky.T - (ky**2).sum(axis=1)[None, :]) / tau
+    E = xp.exp(S - S.max(axis=1, keepdims=True))
+    return (E @ X) / E.sum(axis=1, keepdims=True) @ V.T
+
+
+def _sigmoid_plain(xp, X, A, V, bias):
+    n = X.shape[0]
+    return (1.0 / (1.0 + xp.exp(-(X @ A.T @ X.T + bias)))) @ X @ V.T / n
+
+
+def _unnormalised_plain(xp, X, A, V):
+    return xp.exp(X @ A.T @ X.T) @ X @ V.T / X.shape[0]
+
+
+def _cases(n, d, rng):
+    X = rng.standard_normal((n, d))
+    A = rng.standard_normal((d, d)) / math.sqrt(d)
+    V = rng.standard_normal((d, d)) / math.sqrt(d)
+    Q, K = rng.standard_normal((d, d)) / d**0.75, rng.standard_normal((d, d)) / d**0.75
+    bias = -math.log(n)
+    mu, mu_c = Empirical(X), Empirical(X, positions=np.linspace(0, 1, n))
+    return X, [
+        # name, ours, plain(xp, X), exponentials per pair
+        ("Softmax", lambda: Softmax(A, V).velocity(mu), lambda xp, X: _softmax_plain(xp, X, A, V)),
+        ("Softmax causal", lambda: Softmax(A, V, causal=True).velocity(mu_c),
+         lambda xp, X: _softmax_plain(xp, X, A, V, xp.tril(xp.ones((n, n), dtype=bool)))),
+        ("L2", lambda: L2(Q, K, V).velocity(mu), lambda xp, X: _l2_plain(xp, X, Q, K, V)),
+        ("Sigmoid", lambda: Sigmoid(A, V, bias=bias).velocity(mu),
+         lambda xp, X: _sigmoid_plain(xp, X, A, V, bias)),
+        ("Unnormalised", lambda: Unnormalised(A, V).velocity(mu),
+         lambda xp, X: _unnormalised_plain(xp, X, A, V)),
+        ("MultiHead (2 heads)", lambda: MultiHead([Softmax(A, V), Softmax(A.T, V)]).velocity(mu),
+         lambda xp, X: _softmax_plain(xp, X, A, V) + _softmax_plain(xp, X, A.T, V)),
+    ]
+
+
+def velocity_table(sizes=(1000, 4000, 16000), dims=(2, 16), seed=0):
+    cores = get_num_threads()
+    t_exp = exp_seconds()
+    print(f"exp bound: {t_exp * 1e9:.3f} ns per exp in cache (one core), / {cores} cores used; "
+          f"jax: {'jax ' + jax.__version__ + ' (jit, float64)' if jax else 'JAX not installed'}")
+    head = (f"{'n':>6s}{'d':>4s}  {'field':22s}{'ours [ms]':>10s}{'/exp bnd':>9s}{'cpu/exp':>8s}"
+            f"{'/numpy':>8s}{'/jax':>8s}{'rel.diff':>11s}   load")
+    print(head)
     rng = np.random.default_rng(seed)
-    rows = {}
-    for d in dims:
-        X = rng.standard_normal((n, d))
-        A = rng.standard_normal((d, d)) / math.sqrt(d)
-        V = rng.standard_normal((d, d)) / math.sqrt(d)
-        Q, K = rng.standard_normal((d, d)) / d**0.75, rng.standard_normal((d, d)) / d**0.75
-        mu = Empirical(X)
-        mu_causal = Empirical(X, positions=np.linspace(0, 1, n))
-        base = best_time(lambda X=X, A=A: primitive(X, A))
-        variants = {
-            "Softmax": (Softmax(A, V), mu),
-            "Softmax causal": (Softmax(A, V, causal=True), mu_causal),
-            "MultiHead (2 heads)": (MultiHead([Softmax(A, V), Softmax(A.T, V)]), mu),
-            "L2": (L2(Q, K, V), mu),
-            "Sigmoid": (Sigmoid(A, V, bias=-math.log(n)), mu),
-            "Linear": (Linear(A, V), mu),
-            "Unnormalised": (Unnormalised(A, V), mu),
-        }
-        rows.setdefault("primitive bound [s]", {})[d] = f"{base:.3f}"
-        for name, (att, m) in variants.items():
-            rows.setdefault(name, {})[d] = f"{best_time(lambda a=att, m=m: a.velocity(m)) / base:.2f}"
-        sk = Sinkhorn(A + A.T, V)
-        t_sk = best_time(lambda sk=sk, m=mu: (sk.reset(), sk.velocity(m)), repeat=2)
-        rows.setdefault("Sinkhorn (cold start, sym. A)", {})[d] = f"{t_sk / base:.2f}"
-    print(f"Velocity time / primitive bound, n={n} (primitive: exp(X A^T X^T) @ X)")
-    print(f"{'variant':32s}" + "".join(f"{'d=' + str(d):>10s}" for d in dims))
-    for name, vals in rows.items():
-        print(f"{name:32s}" + "".join(f"{vals[d]:>10s}" for d in dims))
+    for n in sizes:
+        for d in dims:
+            X, cases = _cases(n, d, rng)
+            bound = n * n * t_exp / cores
+            plain_ok = 8 * n * n <= PLAIN_MAX_BYTES
+            jax_ok = jax is not None and 8 * n * n <= JAX_MAX_BYTES
+            for name, ours, plain in cases:
+                repeat = {1000: 15, 4000: 5}.get(n, 2)
+                ours()                                            # warm up
+                t, cpu = best_wall_cpu(ours, repeat)
+                v = ours()
+                ref, cols = None, []
+                if plain_ok:
+                    tp = best_time(lambda f=plain, X=X: f(np, X), repeat)
+                    ref = plain(np, X)
+                    cols.append(f"{t / tp:8.2f}")
+                else:
+                    cols.append(f"{'-':>8s}")
+                if jax_ok:
+                    Xj = jnp.asarray(X)
+                    fj = jax.jit(lambda Xj, f=plain: f(jnp, Xj))
+                    vj = np.asarray(fj(Xj).block_until_ready())       # compile
+                    tj = best_time(lambda f=fj, a=Xj: f(a).block_until_ready(), repeat)
+                    ref = vj if ref is None else ref
+                    cols.append(f"{t / tj:8.2f}")
+                else:
+                    cols.append(f"{'-':>8s}")
+                diff = (f"{np.abs(v - ref).max() / np.abs(ref).max():11.1e}" if ref is not None
+                        else f"{'-':>11s}")
+                print(f"{n:6d}{d:4d}  {name:22s}{t * 1e3:10.1f}{t / bound:9.2f}"
+                      f"{cpu / (n * n * t_exp):8.2f}"
+                      + "".join(cols) + diff + f"   {load()}", flush=True)
+    print("(cpu/exp: our CPU time over all threads / the one-core time of the n^2 exp, i.e. the "
+          "exp-bound ratio on an idle machine\n with perfect scaling; ratios < 1: ours faster; "
+          "rel.diff: max |ours - plain (or jax)| / max |plain|; '-': "
+          f"not run, one n x n matrix would exceed {PLAIN_MAX_BYTES / 2**20:.0f} MiB (numpy) or "
+          f"{JAX_MAX_BYTES / 2**20:.0f} MiB (jax))")
 
 
 def sinkhorn_table(n=4000, dims=(2, 16), tol=1e-9, eps=1.0, seed=1):
@@ -116,7 +213,7 @@ def sinkhorn_table(n=4000, dims=(2, 16), tol=1e-9, eps=1.0, seed=1):
             v_pot = (P @ X) / P.sum(axis=1, keepdims=True) @ V.T
             print(f"{'d=' + str(d) + ', ' + label:24s}{t_ours:10.2f}{sk.last_iterations:7d}"
                   f"{t_pot:10.2f}{log['niter']:7d}{t_ours / t_pot:8.3f}"
-                  f"{np.abs(v - v_pot).max():13.1e}")
+                  f"{np.abs(v - v_pot).max():13.1e}", flush=True)
 
 
 _CHILD = r"""
@@ -131,34 +228,37 @@ def hwm_mib():  # peak resident set of this process image (reset by exec, unlike
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
 
-n, d = 40_000, 2
+n, d = N, 2
 rng = np.random.default_rng(0)
 mu = Empirical(rng.standard_normal((n, d)))
 att = Softmax(rng.standard_normal((d, d)) / 2, np.eye(d))
 att.velocity(Empirical(mu.points[:100]))          # warm up imports and BLAS buffers
 h0 = hwm_mib()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 v = att.velocity(mu)
-dt = time.perf_counter() - t0
-print(f"{dt:.2f} {hwm_mib() - h0:.1f} {hwm_mib():.1f}")
+dt, dc = time.perf_counter() - t0, time.process_time() - c0
+print(f"{dt:.2f} {dc:.2f} {hwm_mib() - h0:.1f} {hwm_mib():.1f}")
 """
 
 
-def memory_line():
-    res = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
-                         env=os.environ.copy())
+def memory_line(n=100_000):
+    res = subprocess.run([sys.executable, "-c", _CHILD.replace("N, 2", f"{n}, 2")],
+                         capture_output=True, text=True, env=os.environ.copy())
     if res.returncode != 0:
-        print("\nSoftmax n=40,000, d=2 under a 3 GiB address-space cap: FAILED\n" + res.stderr)
+        print(f"\nSoftmax n={n:,}, d=2 under a 3 GiB address-space cap: FAILED\n" + res.stderr)
         return
-    dt, dpeak, peak = res.stdout.split()
-    print(f"\nSoftmax, one evaluation at n=40,000, d=2, address space capped at 3 GiB: {dt} s; "
-          f"peak RSS increase {dpeak} MiB (process peak {peak} MiB; a dense n x n float64 "
-          f"matrix would be {40_000**2 * 8 / 2**30:.1f} GiB)")
+    dt, dc, dpeak, peak = res.stdout.split()
+    print(f"\nSoftmax, one evaluation at n={n:,}, d=2, address space capped at 3 GiB: {dt} s "
+          f"wall, {dc} s CPU over all threads (load {load()}); peak RSS increase {dpeak} MiB "
+          f"(process peak {peak} MiB; a dense n x n float64 matrix would be "
+          f"{n**2 * 8 / 2**30:.1f} GiB)")
 
 
 if __name__ == "__main__":
+    quick = "--quick" in sys.argv
     print(f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, numpy {np.__version__}, "
-          f"POT {ot.__version__}")
-    velocity_table()
+          f"POT {ot.__version__}, kernel_sums threads {get_num_threads()}, "
+          f"cpu_count {os.cpu_count()}, load average {load()}")
+    velocity_table(sizes=(1000, 4000) if quick else (1000, 4000, 16000))
     sinkhorn_table()
     memory_line()

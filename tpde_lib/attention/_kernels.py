@@ -6,23 +6,178 @@ All attention fields below are ratios or sums of kernel sums
           \mathrm{keys}^\top,
 
 over the tokens ``j`` of the measure (their masses enter through ``values``). :func:`kernel_sums`
-evaluates them in blocks of query rows, so that memory stays :math:`O(b\,m)` for blocks of ``b``
-rows whatever the number ``n`` of queries, and applies the causal mask of masked attention.
-A reader's variant gets bounded memory and masking by calling it with its own kernel.
+evaluates them tile by tile, so that memory stays :math:`O(b\,c_b)` per thread for tiles of
+``b`` rows and ``c_b`` columns whatever the numbers ``n`` of queries and ``m`` of keys, spreads
+the row blocks over a pool of threads (numpy releases the GIL in its matrix products and
+ufuncs), and applies the causal mask of masked attention. A reader's variant gets all of this by
+calling it with its own kernel.
+
+Speed (measured on the book's 2-core machine, ``benchmarks/velocity.py``): a tile of
+``_BLOCK_ENTRIES`` = 32768 scores (256 KB) stays in a core's L2 cache between the score product,
+the kernel and the product with the values. For ``"softmax"``/``"exp"`` the row shift is an
+upper bound :math:`U_i \ge \max_j S_{ij}` computed in :math:`O((n+m)p)` from the keys' bounding
+box and ball, and enters the score product as one more inner column (``[q_i, -U_i]\cdot[k_j,
+1]``), so each tile costs one product, one ``exp`` and one product: no max or subtraction pass.
+A row block whose bound may be loose (gap to a lower bound of the row maximum above
+``_MAX_GAP``) takes an exact row maximum in a first sweep instead: every term keeps full
+relative precision either way.
+
+Threads: ``set_num_threads(k)``, else the environment variable ``TPDE_NUM_THREADS``, else the
+number of cores available to the process. The row blocks, their tiles and every arithmetic
+operation on them are fixed by the shapes and the data alone, never by the number of threads, so
+the results are bitwise identical for any thread count (each block is computed by the same
+sequence of numpy calls whichever thread runs it). During a threaded call BLAS is held to one
+thread (``threadpoolctl``, when installed) so that the pool does not oversubscribe the cores;
+without ``threadpoolctl`` the pool is used only when ``OPENBLAS_NUM_THREADS`` or
+``OMP_NUM_THREADS`` is ``1``, and a call otherwise runs on one thread.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-from scipy.special import expit
 
-__all__ = ["kernel_sums", "KERNELS"]
+try:  # optional: holds BLAS to one thread inside the pool
+    from threadpoolctl import ThreadpoolController
+except ImportError:  # pragma: no cover - depends on the environment
+    ThreadpoolController = None
 
-#: numbers in one block of interactions (4e6 float64 = 32 MB): block rows b = max(1, this // m)
-_BLOCK_ENTRIES = 4_000_000
+__all__ = ["kernel_sums", "KERNELS", "set_num_threads", "get_num_threads", "dense_kernel", "matvec"]
+
+#: scores in one tile (32768 float64 = 256 KB, in L2 cache with its keys and values)
+_BLOCK_ENTRIES = 32_768
+#: at most this many keys per tile: longer rows are summed tile by tile
+_BLOCK_COLS = 512
+#: a threaded call splits its rows into at least this many blocks (load balance up to 16 threads)
+_MIN_BLOCKS = 16
+#: calls with fewer scores (n m) run on the calling thread (the pool costs ~0.1 ms)
+_PARALLEL_ENTRIES = 1 << 18
+#: largest gap U_i - L_i (upper bound of the row maximum minus a lower bound) for which the
+#: bound U_i is used as the shift of an exponential kernel; e^-60 ~ 1e-26 leaves every term normal
+_MAX_GAP = 60.0
+#: "exp" returns its shift M: above this, e^M would overflow, so the exact maximum is used
+_EXP_SHIFT_MAX = 700.0
+#: evenly spaced keys (besides the extreme ones) scored to bound the row maxima from below
+_SAMPLE_KEYS = 32
 
 #: the built-in kernels (see :func:`kernel_sums`)
 KERNELS = ("softmax", "exp", "sigmoid")
+
+_state = {"threads": None, "pool": None, "pool_size": 0, "controller": None}
+_lock = threading.Lock()
+_local = threading.local()      # .inside: this thread is a worker of the pool (no nesting)
+
+
+def set_num_threads(k=None):
+    """Number of threads used by :func:`kernel_sums` (``None``: back to the default).
+
+    The default is the environment variable ``TPDE_NUM_THREADS`` when set, else the number of
+    cores available to this process. Results do not depend on it (bitwise).
+    """
+    if k is not None:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+            raise TypeError(f"k must be a positive int or None, got {k!r}")
+        if k < 1:
+            raise ValueError(f"k must be a positive int or None, got {k!r}")
+        k = int(k)
+    _state["threads"] = k
+
+
+def get_num_threads():
+    """Number of threads :func:`kernel_sums` uses for a large call (see :func:`set_num_threads`)."""
+    if _state["threads"] is not None:
+        return _state["threads"]
+    env = os.environ.get("TPDE_NUM_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"TPDE_NUM_THREADS must be a positive integer, got {env!r}")
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _blas_single_by_env():
+    return "1" in (os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"))
+
+
+def _blas_one_thread():
+    """A context holding BLAS to one thread, or None without ``threadpoolctl``."""
+    if ThreadpoolController is None:
+        return None
+    with _lock:
+        if _state["controller"] is None:
+            _state["controller"] = ThreadpoolController()
+        ctl = _state["controller"]
+    return ctl.limit(limits=1, user_api="blas")
+
+
+def _pool(workers):
+    with _lock:
+        if _state["pool_size"] < workers:
+            if _state["pool"] is not None:
+                _state["pool"].shutdown(wait=False)
+            _state["pool"] = ThreadPoolExecutor(workers, thread_name_prefix="tpde")
+            _state["pool_size"] = workers
+        return _state["pool"]
+
+
+def parallel_blocks(nblocks, task, entries):
+    """Run ``task(i)`` for ``i`` in ``range(nblocks)``, spread over the threads.
+
+    ``entries`` (the number of scores of the call) decides, from the data alone, whether the
+    pool is used and BLAS held to one thread; blocks are handed out in order to whichever thread
+    is free, so a core slowed by another process gets fewer of them. ``task`` must write
+    disjoint outputs and depend only on ``i``: then the result does not depend on the threads.
+    Floating-point error settings (``np.errstate``) of the caller apply in every thread; the
+    first exception raised by a task is raised here.
+    """
+    big = entries >= _PARALLEL_ENTRIES and not getattr(_local, "inside", False)
+    limit = _blas_one_thread() if big else None
+    threads = min(get_num_threads(), nblocks) if big else 1
+    if limit is None and not _blas_single_by_env():
+        threads = 1
+    errs = np.geterr()
+    counter = itertools.count()
+    failed = []
+
+    def worker():
+        _local.inside = True
+        try:
+            with np.errstate(**errs):
+                while not failed and (i := next(counter)) < nblocks:
+                    task(i)
+        except BaseException as exc:
+            failed.append(exc)
+            raise
+        finally:
+            _local.inside = False
+
+    def run():
+        if threads == 1:
+            for i in range(nblocks):
+                task(i)
+            return
+        futures = [_pool(threads - 1).submit(worker) for _ in range(threads - 1)]
+        try:
+            worker()
+        except BaseException:
+            pass
+        for f in futures:
+            f.exception()
+        if failed:
+            raise failed[0]
+
+    if limit is None:
+        run()
+    else:
+        with limit:
+            run()
 
 
 def _check_2d(name, value, cols=None):
@@ -32,6 +187,143 @@ def _check_2d(name, value, cols=None):
         raise TypeError(f"{name} must be a 2-d float array, got {got}")
     if cols is not None and value.shape[1] != cols:
         raise ValueError(f"{name} must have {cols} columns, got shape {value.shape}")
+
+
+def block_shape(n, m):
+    """(rows, columns) of a tile for ``n`` queries and ``m`` keys, from the shapes alone."""
+    cols = max(1, min(m, _BLOCK_COLS))
+    rows = max(1, min(n, _BLOCK_ENTRIES // cols))
+    if n * m >= _PARALLEL_ENTRIES:          # enough blocks for the pool, rows a multiple of 8
+        rows = max(1, min(rows, 8 * -(-n // (8 * _MIN_BLOCKS))))
+    return rows, cols
+
+
+def _shift_bounds(Q, keys, cnt):
+    r"""Upper bounds :math:`U_i \ge \max_{j < c_i} q_i\cdot k_j` (all keys if ``cnt`` is None).
+
+    The smaller of the bounding-box bound :math:`\sum_p \max(q_{ip}h_p, q_{ip}l_p)` and the ball
+    bound :math:`q_i\cdot z + |q_i|\,r` (centre ``z`` of the box, radius ``r``), over the visible
+    prefix of the keys (sorted by position) when masked. O((n + m) p).
+    """
+    hi, lo = keys.max(axis=0), keys.min(axis=0)
+    centre = 0.5 * (hi + lo)
+    radius = np.sqrt(((keys - centre) ** 2).sum(axis=1))
+    if cnt is None:
+        hi, lo, radius = hi[None, :], lo[None, :], radius.max()
+    else:
+        last = np.maximum(cnt - 1, 0)
+        hi = np.maximum.accumulate(keys, axis=0)[last]
+        lo = np.minimum.accumulate(keys, axis=0)[last]
+        radius = np.maximum.accumulate(radius)[last]
+    box = np.maximum(Q * hi, Q * lo).sum(axis=1)
+    ball = Q @ centre + np.sqrt((Q * Q).sum(axis=1)) * radius
+    return np.minimum(box, ball)
+
+
+def _sample_keys(keys):
+    """Indices (sorted) of the keys extreme along each coordinate and of evenly spaced keys."""
+    m = keys.shape[0]
+    idx = np.concatenate([keys.argmax(axis=0), keys.argmin(axis=0),
+                          np.linspace(0, m - 1, min(m, _SAMPLE_KEYS)).astype(np.intp)])
+    return np.unique(idx)
+
+
+class _Job:
+    """One call of :func:`kernel_sums`: its operands in computation order and its block task.
+
+    Tiles are stored transposed, ``T = keys_tile @ queries_block.T`` of shape (c_b, b): this
+    orientation of the thin score product is the faster one in OpenBLAS (measured).
+    """
+
+    def __init__(self, queries, keys, values, kind, cnt):
+        n, p = queries.shape
+        m = keys.shape[0]
+        self.kind, self.cnt, self.p, self.n = kind, cnt, p, n
+        self.rows, self.cols = block_shape(n, m)
+        self.nblocks = -(-n // self.rows) if m else 0
+        self.values = values
+        self.sums = np.zeros((n, values.shape[1]))
+        self.exponential = kind in ("softmax", "exp")
+        if self.exponential:
+            # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
+            self.shift = _shift_bounds(queries, keys, cnt) if m else np.zeros(n)
+            self.lhs = np.hstack([queries, -self.shift[:, None]])
+            self.keys = np.hstack([keys, np.ones((m, 1))])
+            samples = _sample_keys(keys) if m else np.zeros(0, dtype=np.intp)
+            self.samples, self.sample_t = samples, np.ascontiguousarray(keys[samples].T)
+        else:
+            self.lhs, self.keys = (-queries if kind == "sigmoid" else queries), keys
+
+    def _hidden(self, r0, r1, c0, c1):
+        """Mask (c1 - c0, r1 - r0) of the keys c0..c1 hidden from the rows r0..r1 (True: hidden)."""
+        return np.arange(c0, c1)[:, None] >= self.cnt[None, r0:r1]
+
+    def _needs_exact(self, r0, r1):
+        """Whether the bound U of rows r0..r1 may be far from the row maximum (or too large)."""
+        q, U = self.lhs[r0:r1, :self.p], self.shift[r0:r1]
+        sc = q @ self.sample_t                                   # (b, s) lower bounds
+        if self.cnt is not None:
+            cnt = self.cnt[r0:r1]
+            sc[self.samples[None, :] >= cnt[:, None]] = -np.inf
+            last = self.keys[np.maximum(cnt - 1, 0), :self.p]     # the last visible key
+            low = np.maximum(sc.max(axis=1), np.einsum("ij,ij->i", q, last))
+            seen = cnt > 0
+            U, low = U[seen], low[seen]
+        else:
+            low = sc.max(axis=1)
+        if U.size == 0:
+            return False
+        return bool(np.max(U - low) > _MAX_GAP or (self.kind == "exp" and U.max() > _EXP_SHIFT_MAX))
+
+    def _exact_max(self, r0, r1, ncols, tile):
+        """Row maxima of the visible scores of rows r0..r1 (0 for a row that sees nothing)."""
+        qt = np.ascontiguousarray(self.lhs[r0:r1, :self.p].T)
+        best = np.full(r1 - r0, -np.inf)
+        for c0 in range(0, ncols, self.cols):
+            c1 = min(ncols, c0 + self.cols)
+            T = tile[: c1 - c0]
+            np.matmul(self.keys[c0:c1, :self.p], qt, out=T)
+            if self.cnt is not None and c1 > self.cnt[r0]:
+                np.copyto(T, -np.inf, where=self._hidden(r0, r1, c0, c1))
+            np.maximum(best, T.max(axis=0), out=best)
+        best[~np.isfinite(best)] = 0.0
+        return best
+
+    def block(self, i):
+        """Rows i b .. (i + 1) b of the sums, tile by tile over the keys they see."""
+        r0 = i * self.rows
+        r1 = min(self.n, r0 + self.rows)
+        cnt, cols = self.cnt, self.cols
+        ncols = self.keys.shape[0] if cnt is None else int(cnt[r1 - 1])
+        if ncols == 0:
+            return
+        full = ncols if cnt is None else int(cnt[r0])        # keys seen by every row of the block
+        tile = np.empty((min(cols, ncols), r1 - r0))
+        if self.exponential and self._needs_exact(r0, r1):
+            self.shift[r0:r1] = self._exact_max(r0, r1, ncols, tile)
+            self.lhs[r0:r1, -1] = -self.shift[r0:r1]
+        lhs_t = np.ascontiguousarray(self.lhs[r0:r1].T)
+        out = self.sums[r0:r1]
+        part = np.empty_like(out)
+        for c0 in range(0, ncols, cols):
+            c1 = min(ncols, c0 + cols)
+            T = tile[: c1 - c0]
+            np.matmul(self.keys[c0:c1], lhs_t, out=T)
+            if self.exponential:
+                np.exp(T, out=T)
+            elif self.kind == "sigmoid":
+                with np.errstate(over="ignore"):
+                    np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
+                T += 1.0
+                np.reciprocal(T, out=T)
+            else:
+                self.kind(T.T)
+            if cnt is not None and c1 > full:
+                lo = max(c0, full)
+                np.copyto(T[lo - c0:], 0.0, where=self._hidden(r0, r1, lo, c1))
+            np.matmul(T.T, self.values[c0:c1], out=out if c0 == 0 else part)
+            if c0:
+                out += part
 
 
 def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
@@ -49,29 +341,43 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
     kind : {"softmax", "exp", "sigmoid"} or callable
         The kernel :math:`\kappa`.
 
-        - ``"softmax"``: :math:`\sum_j e^{S_{ij}-M_i}\,\mathrm{values}_j` with the row maximum
+        - ``"softmax"``: :math:`\sum_j e^{S_{ij}-M_i}\,\mathrm{values}_j` with a row shift
           :math:`M_i` (it cancels when the caller divides a numerator by a denominator);
         - ``"exp"``: the same sums *and* ``M`` (shape (n,)), so that the unscaled sum is
-          :math:`e^{M_i}` times row ``i``;
+          :math:`e^{M_i}` times row ``i``. :math:`M_i` is the row maximum of the (visible)
+          scores, or an upper bound of it within ``_MAX_GAP`` = 60 and at most 700, so
+          :math:`e^{M_i}` overflows only if the row maximum exceeds 700;
         - ``"sigmoid"``: :math:`\sigma(s) = 1/(1+e^{-s})`;
-        - a callable ``kappa(S)`` that overwrites a block ``S`` (shape (b, m)) with
-          :math:`\kappa(S)` in place and returns nothing (e.g. ``lambda S: np.maximum(S, 0,
-          out=S)`` for ReLU attention). Masked entries are set to 0 after it is applied.
+        - a callable ``kappa(S)`` that overwrites a block ``S`` (shape (b, c_b), a view of a
+          tile) with :math:`\kappa(S)` in place and returns nothing (e.g. ``lambda S:
+          np.maximum(S, 0, out=S)`` for ReLU attention). Masked entries are set to 0 after it
+          is applied. It is called from the worker threads, on disjoint tiles at the same time:
+          it must act on its argument only.
     q_pos, k_pos : ndarray, shape (n,) and (m,), optional
         Sequence positions (masked attention): query ``i`` sees key ``j`` only when
-        ``k_pos[j] <= q_pos[i]``. Give both or neither.
+        ``k_pos[j] <= q_pos[i]``. Give both or neither; no NaN.
 
     Returns
     -------
     sums : ndarray, shape (n, c)
     row_max : ndarray, shape (n,)
-        Only for ``kind="exp"``.
+        Only for ``kind="exp"``: the shift ``M`` above.
 
     Notes
     -----
-    Memory: one buffer of at most ``_BLOCK_ENTRIES`` (4e6) scores is reused by every block. With
-    a mask, a query with no visible key gets a zero row for the callable and sigmoid kernels and
-    ``nan`` for ``"softmax"``/``"exp"`` (an empty normalisation; the variants never ask for it).
+    Memory: each thread holds one tile of at most ``_BLOCK_ENTRIES`` (32768) scores; besides
+    the output, the operands are copied once (sorted by position when masked), O((n + m) p).
+    With a mask, the keys and queries are ordered by position, a row block computes only the
+    keys its last query sees, and only the tiles its queries partly see are masked. A query with
+    no visible key gets a zero row for the callable and sigmoid kernels and ``nan`` (with
+    ``M = -inf``) for ``"softmax"``/``"exp"`` (an empty normalisation; the variants never ask
+    for it).
+
+    Threads: the row blocks are spread over ``TPDE_NUM_THREADS`` threads (environment variable;
+    default: the cores available; ``set_num_threads(k)`` in this module overrides it) for calls
+    of at least ``_PARALLEL_ENTRIES`` scores, with BLAS held to one thread meanwhile
+    (``threadpoolctl``). The results are bitwise identical for every number of threads: the
+    tiles and their operations depend only on the shapes and the data.
     """
     _check_2d("queries", queries)
     _check_2d("keys", keys, queries.shape[1])
@@ -83,39 +389,140 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
         raise ValueError(f"kind must be one of {KERNELS} or a callable, got {kind!r}")
     if (q_pos is None) != (k_pos is None):
         raise ValueError("q_pos and k_pos must be given together (masked attention) or not at all")
-    masked = q_pos is not None
-    if masked:
-        q_pos, k_pos = np.asarray(q_pos, dtype=float), np.asarray(k_pos, dtype=float)
-        if q_pos.shape != (queries.shape[0],) or k_pos.shape != (keys.shape[0],):
-            raise ValueError(f"q_pos and k_pos must have shapes ({queries.shape[0]},) and "
-                             f"({keys.shape[0]},), got {q_pos.shape} and {k_pos.shape}")
     n, m = queries.shape[0], keys.shape[0]
-    out = np.empty((n, values.shape[1]))
-    row_max = np.empty(n)
-    b = min(n, max(1, _BLOCK_ENTRIES // max(m, 1)))
-    keys_t = np.ascontiguousarray(keys.T)
-    buf = np.empty((b, m))   # one buffer reused by every block: no page faults per block
-    for start in range(0, n, b):
-        stop = min(n, start + b)
-        S = buf[: stop - start]
-        np.matmul(queries[start:stop], keys_t, out=S)      # (b, m) scores
-        hidden = k_pos[None, :] > q_pos[start:stop, None] if masked else None
-        if callable(kind):
-            kind(S)
-            if masked:
-                S[hidden] = 0.0
-        elif kind == "sigmoid":
-            expit(S, out=S)
-            if masked:
-                S[hidden] = 0.0
+    queries = np.ascontiguousarray(queries, dtype=np.float64)
+    keys = np.ascontiguousarray(keys, dtype=np.float64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    q_order = cnt = None
+    if q_pos is not None:
+        q_pos, k_pos = np.asarray(q_pos, dtype=float), np.asarray(k_pos, dtype=float)
+        if q_pos.shape != (n,) or k_pos.shape != (m,):
+            raise ValueError(f"q_pos and k_pos must have shapes ({n},) and ({m},), got "
+                             f"{q_pos.shape} and {k_pos.shape}")
+        if np.isnan(q_pos).any() or np.isnan(k_pos).any():
+            raise ValueError("q_pos and k_pos must not contain NaN")
+        k_order = np.argsort(k_pos, kind="stable")
+        keys, values, k_sorted = keys[k_order], values[k_order], k_pos[k_order]
+        q_order = np.argsort(q_pos, kind="stable")
+        queries = queries[q_order]
+        cnt = np.searchsorted(k_sorted, q_pos[q_order], side="right")   # keys seen by query i
+    job = _Job(queries, keys, values, kind, cnt)
+    parallel_blocks(job.nblocks, job.block, n * m)
+    sums = job.sums
+    shift = job.shift if job.exponential else None
+    if job.exponential:
+        empty = np.zeros(n, dtype=bool) if cnt is None else cnt == 0
+        if m == 0:
+            empty[:] = True
+        sums[empty] = np.nan
+        shift[empty] = -np.inf
+    if q_order is not None:
+        sums = np.empty_like(sums)
+        sums[q_order] = job.sums
+        if shift is not None:
+            shift = np.empty_like(shift)
+            shift[q_order] = job.shift
+    return (sums, shift) if kind == "exp" else sums
+
+
+# ---------------------------------------------------------------------------------------------
+# dense kernel matrices and matrix-vector products (the Sinkhorn solver's sweeps), threaded
+# ---------------------------------------------------------------------------------------------
+
+#: rows (or columns, transposed) per block of a matrix-vector product (fixed: bitwise results)
+_MATVEC_ROWS = 128
+
+
+def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_div=None):
+    r"""Fill ``out`` (n, m) with a kernel matrix, one cache-sized row block at a time, threaded.
+
+    With the logits :math:`L = \mathrm{left}\,\mathrm{right}^	op + r_i + c_j` (``row_add``,
+    ``col_add``, each optional):
+
+    - ``kind=None``: ``out = L``;
+    - ``kind="exp"``: ``out = exp(L)``;
+    - ``kind="softmax"``: ``out_ij = exp(L_ij - M_i) / s_i / col_div_j`` with the row maximum
+      ``M_i`` and the row sum ``s_i`` of ``exp(L_ij - M_i)``.
+
+    Parameters
+    ----------
+    left : ndarray, shape (n, p)
+    right : ndarray, shape (m, p)
+    out : ndarray, shape (n, m), C-contiguous float64
+    kind : None, "exp" or "softmax"
+    row_add : ndarray, shape (n,), optional
+    col_add, col_div : ndarray, shape (m,), optional
+
+    Returns
+    -------
+    finite : bool
+        Whether every entry of ``left @ right.T`` is finite (checked block by block, in cache).
+    row_max, row_sum : ndarray, shape (n,)
+        Only for ``kind="softmax"``.
+    """
+    n, m = out.shape
+    if out.dtype != np.float64 or not out.flags.c_contiguous or left.shape[0] != n \
+            or right.shape[0] != m:
+        raise ValueError(f"out must be a C-contiguous float64 array of shape ({left.shape[0]}, "
+                         f"{right.shape[0]}), got {out.dtype} {out.shape}")
+    if kind not in (None, "exp", "softmax"):
+        raise ValueError(f"kind must be None, 'exp' or 'softmax', got {kind!r}")
+    rows = max(1, min(n, _BLOCK_ENTRIES // max(m, 1)))
+    right_t = np.ascontiguousarray(right.T)
+    finite = np.ones(-(-n // rows), dtype=bool)
+    row_max, row_sum = (np.empty(n), np.empty(n)) if kind == "softmax" else (None, None)
+
+    def task(i):
+        r0, r1 = i * rows, min(n, (i + 1) * rows)
+        L = out[r0:r1]
+        np.matmul(left[r0:r1], right_t, out=L)
+        finite[i] = np.isfinite(L).all()
+        if row_add is not None:
+            L += row_add[r0:r1, None]
+        if col_add is not None:
+            L += col_add[None, :]
+        if kind == "softmax":
+            c = np.max(L, axis=1, out=row_max[r0:r1])
+            L -= c[:, None]
+        if kind is not None:
+            np.exp(L, out=L)
+        if kind == "softmax":
+            s = np.sum(L, axis=1, out=row_sum[r0:r1])
+            L /= s[:, None]
+            if col_div is not None:
+                L /= col_div[None, :]
+
+    parallel_blocks(finite.size, task, n * m)
+    finite = bool(finite.all())
+    return (finite, row_max, row_sum) if kind == "softmax" else finite
+
+
+def matvec(matrix, x, transpose=False):
+    """``matrix @ x`` (or ``matrix.T @ x``), threaded over fixed blocks of rows (columns).
+
+    Parameters
+    ----------
+    matrix : ndarray, shape (n, m)
+    x : ndarray, shape (m,) (or (n,) when ``transpose``)
+
+    Returns
+    -------
+    ndarray, shape (n,) (or (m,))
+    """
+    n, m = matrix.shape
+    size = m if transpose else n
+    out = np.empty(size)
+    step = _MATVEC_ROWS if not transpose else 4 * _MATVEC_ROWS
+
+    def task(i):
+        a, b = i * step, min(size, (i + 1) * step)
+        if transpose:
+            np.matmul(x, matrix[:, a:b], out=out[a:b])
         else:
-            if masked:
-                S[hidden] = -np.inf
-            M = np.max(S, axis=1, out=row_max[start:stop])
-            S -= M[:, None]
-            np.exp(S, out=S)
-        np.matmul(S, values, out=out[start:stop])
-    return (out, row_max) if kind == "exp" else out
+            np.matmul(matrix[a:b], x, out=out[a:b])
+
+    parallel_blocks(-(-size // step), task, n * m)
+    return out
 
 
 def weighted_values(points, weights):

@@ -44,7 +44,7 @@ from .. import gaussian_odes
 from .._checks import as_flag, as_positive
 from ._base import GaussianClosure, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
-from ._kernels import kernel_sums, weighted_values
+from ._kernels import dense_kernel, kernel_sums, matvec, weighted_values
 
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
@@ -69,8 +69,7 @@ class _Run:
 
     def logits(self, out):
         """L / eps on the support, (m, m), written into ``out``; RuntimeError if not finite."""
-        np.matmul(self.Y @ self.AT, self.Y.T, out=out)
-        if not np.isfinite(out).all():
+        if not dense_kernel(self.Y @ self.AT, self.Y, out):     # threaded (speed)
             raise RuntimeError("Sinkhorn: the scores <Ax, y> / eps are not finite (eps too "
                                "small, or the scores overflow)")
         return out
@@ -78,14 +77,11 @@ class _Run:
     def row_pass(self, g):
         """T(g)_i = -LSE_j(L_ij/eps + g_j + log w_j); leaves in ``buf`` the row-normalised kernel
         exp(L_ij/eps + T_i + g_j) (entries <= 1/w_j)."""
-        buf = self.logits(self.buf)
-        buf += (g + self.logw)[None, :]
-        c = buf.max(axis=1)
-        buf -= c[:, None]
-        np.exp(buf, out=buf)
-        s = buf.sum(axis=1)
-        buf /= s[:, None]
-        buf /= self.w[None, :]
+        # threaded, one cache-sized row block at a time (speed)
+        finite, c, s = dense_kernel(self.Y @ self.AT, self.Y, self.buf, "softmax",
+                                    col_add=g + self.logw, col_div=self.w)
+        if not finite:
+            self.logits(self.buf)               # raises the RuntimeError
         return -(c + np.log(s))
 
     def done(self):
@@ -103,20 +99,19 @@ class _Run:
             return g, True
         g = 0.5 * (g + T)
         self.it += 1
-        buf = self.logits(self.buf)           # exp(L/eps + phi_i + phi_j) <= 1/sqrt(w_i w_j)
-        buf += g[:, None]
-        buf += g[None, :]
-        np.exp(buf, out=buf)
+        buf = self.buf                        # exp(L/eps + phi_i + phi_j) <= 1/sqrt(w_i w_j)
+        if not dense_kernel(self.Y @ self.AT, self.Y, buf, "exp", row_add=g, col_add=g):
+            self.logits(buf)                    # raises the RuntimeError (speed: threaded)
         u = np.ones(g.size)
         while True:
-            Ku = buf @ (w * u)
+            Ku = matvec(buf, w * u)
             self.err = float(np.sum(w * np.abs(u * Ku - 1.0)))
             if self.done():
                 return g + np.log(u), True
             if self.it >= _SYMMETRIC_ITERS:
                 return g + np.log(u), False
             v1 = 1.0 / Ku                   # T(phi)
-            v2 = 1.0 / (buf @ (w * v1))     # T(T(phi))
+            v2 = 1.0 / matvec(buf, w * v1)  # T(T(phi))
             u_new = np.sqrt(v1 * v2)        # phi <- (T phi + T T phi) / 2
             self.it += 1
             if not np.all(np.isfinite(u_new)):
@@ -139,7 +134,7 @@ class _Run:
         exact, best = True, np.inf
         omega = self.omega
         while True:
-            Ka = buf.T @ (w * np.exp(la))           # column sums / w_j
+            Ka = matvec(buf, w * np.exp(la), transpose=True)    # column sums / w_j
             col = float(np.sum(w * np.abs(np.exp(lb) * Ka - 1.0)))
             if exact:
                 self.err = col
@@ -163,7 +158,7 @@ class _Run:
                     if new > omega * 1.01:
                         omega = self.omega = new
             lb = (1.0 - omega) * lb - omega * np.log(Ka)
-            Kb = buf @ (w * np.exp(lb))
+            Kb = matvec(buf, w * np.exp(lb))
             la = (1.0 - omega) * la - omega * np.log(Kb)
             exact = omega == 1.0
             self.it += 1

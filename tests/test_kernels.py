@@ -1,0 +1,342 @@
+"""Tests of the blocked, threaded engine ``kernel_sums`` against a naive dense computation.
+
+The oracle builds the full score matrix ``S = Q K^T`` with one numpy product and applies the
+kernel and the mask entry by entry (``np.where``), then one dense product with the values: no
+tiles, no shift bound, no sorting by position. Float64 sums of at most a few hundred terms of
+size O(1) agree with a reordered sum to ~1e-13, so ``rtol=1e-11`` leaves room for reordering
+only; a wrong shift, mask, tile boundary or row order gives O(1) errors.
+"""
+
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import tpde_lib.attention._kernels as K
+from tpde_lib import kernel_sums
+
+RTOL = 1e-11
+
+
+def _naive(Q, Y, values, kind, q_pos=None, k_pos=None):
+    """Dense oracle: (sums of kappa(S) values over the visible keys, row max of visible S)."""
+    S = Q @ Y.T
+    seen = np.ones(S.shape, bool) if q_pos is None else k_pos[None, :] <= q_pos[:, None]
+    if kind == "exp":
+        row_max = np.where(seen, S, -np.inf).max(axis=1)
+        E = np.where(seen, np.exp(S), 0.0)         # unscaled: the test scores are moderate
+        return E @ values, row_max
+    if kind == "sigmoid":
+        E = 1.0 / (1.0 + np.exp(-S))
+    else:
+        E = kind(S.copy()) if callable(kind) else None
+    return np.where(seen, E, 0.0) @ values
+
+
+def _relu(S):
+    np.maximum(S, 0.0, out=S)
+
+
+def _cube(S):                         # odd and unbounded: any row/column mix-up shows
+    S *= S * S
+
+
+def _functional(kappa):
+    """The in-place kernel as a function for the oracle."""
+    def f(S):
+        kappa(S)
+        return S
+    return f
+
+
+def _problem(n=37, m=53, p=3, c=4, seed=0, scale=1.0, masked=False):
+    rng = np.random.default_rng(seed)
+    Q = scale * rng.standard_normal((n, p))
+    Y = rng.standard_normal((m, p))
+    values = rng.standard_normal((m, c))
+    values[:, -1] = rng.random(m) + 0.1          # a positive column (a denominator)
+    if not masked:
+        return Q, Y, values, None, None
+    q_pos = rng.integers(0, 12, n).astype(float)     # ties, unsorted, some see nothing
+    k_pos = rng.integers(1, 12, m).astype(float)
+    return Q, Y, values, q_pos, k_pos
+
+
+def _check_exponential(Q, Y, values, q_pos=None, k_pos=None):
+    """softmax: normalised sums equal the oracle's; exp: e^M sums and M within the gap."""
+    want, true_max = _naive(Q, Y, values, "exp", q_pos, k_pos)
+    seen = np.isfinite(true_max)
+    soft = kernel_sums(Q, Y, values, "softmax", q_pos, k_pos)
+    np.testing.assert_allclose(soft[seen, :-1] / soft[seen, -1:],
+                               want[seen, :-1] / want[seen, -1:], rtol=RTOL, atol=1e-13)
+    assert np.isnan(soft[~seen]).all()
+    sums, M = kernel_sums(Q, Y, values, "exp", q_pos, k_pos)
+    np.testing.assert_allclose(sums[seen] * np.exp(M[seen])[:, None], want[seen], rtol=RTOL,
+                               atol=1e-13 * np.abs(want).max())
+    assert np.all(M[seen] >= true_max[seen] - 1e-12)
+    assert np.all(M[seen] <= true_max[seen] + K._MAX_GAP)
+    assert np.isnan(sums[~seen]).all() and np.all(M[~seen] == -np.inf)
+
+
+# ---------------------------------------------------------------------------------------------
+# every kind against the dense oracle, with and without masks, over several tilings
+# ---------------------------------------------------------------------------------------------
+
+TILINGS = [(None, None), (35, 7), (24, 5), (53 * 37, 53), (1, 1)]   # (entries, cols)
+
+
+@pytest.fixture(params=TILINGS, ids=lambda t: f"tile{t[0]}x{t[1]}")
+def tiling(request, monkeypatch):
+    """Tiles of several shapes: partial last row blocks and partial last column tiles."""
+    entries, cols = request.param
+    if entries is not None:
+        monkeypatch.setattr(K, "_BLOCK_ENTRIES", entries)
+        monkeypatch.setattr(K, "_BLOCK_COLS", cols)
+    return request.param
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_exponential_kinds_match_dense(tiling, masked):
+    Q, Y, values, q_pos, k_pos = _problem(masked=masked)
+    if masked:
+        assert np.any(q_pos < k_pos.min())      # the problem has queries that see nothing
+    _check_exponential(Q, Y, values, q_pos, k_pos)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("kind", ["sigmoid", _relu, _cube], ids=["sigmoid", "relu", "cube"])
+def test_other_kinds_match_dense(tiling, kind, masked):
+    Q, Y, values, q_pos, k_pos = _problem(masked=masked, seed=3)
+    want = _naive(Q, Y, values, _functional(kind) if callable(kind) else kind, q_pos, k_pos)
+    got = kernel_sums(Q, Y, values, kind, q_pos, k_pos)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-13 * np.abs(want).max())
+
+
+def test_callable_sees_blocks_of_the_tile_shape(monkeypatch):
+    monkeypatch.setattr(K, "_BLOCK_ENTRIES", 35)
+    monkeypatch.setattr(K, "_BLOCK_COLS", 7)
+    shapes = []
+
+    def spy(S):
+        shapes.append(S.shape)
+        _relu(S)
+
+    Q, Y, values, _, _ = _problem()
+    kernel_sums(Q, Y, values, spy)
+    rows = {s[0] for s in shapes}
+    cols = {s[1] for s in shapes}
+    assert rows == {5, 37 % 5} and cols == {7, 53 % 7}     # full and partial tiles both occur
+    assert len(shapes) == 8 * 8                             # ceil(37/5) x ceil(53/7) tiles
+
+
+@pytest.mark.parametrize("scale", [40.0, 300.0])
+def test_large_scores_take_the_exact_row_maximum(scale):
+    # scores of size ~ 100 and ~ 700: the bound is more than _MAX_GAP above the row maximum (and
+    # e^U would overflow for "exp"), so the blocks take the exact maximum; a shift by the bound
+    # would underflow every term to 0 and give nan
+    Q, Y, values, _, _ = _problem(scale=scale, seed=5)
+    S = Q @ Y.T
+    true_max = S.max(axis=1)
+    E = np.exp(S - true_max[:, None]) @ values              # stabilised oracle
+    soft = kernel_sums(Q, Y, values, "softmax")
+    np.testing.assert_allclose(soft[:, :-1] / soft[:, -1:], E[:, :-1] / E[:, -1:], rtol=1e-9)
+    sums, M = kernel_sums(Q, Y, values, "exp")
+    np.testing.assert_array_equal(M, true_max)              # exact: the same products
+    np.testing.assert_allclose(sums, E, rtol=1e-9, atol=1e-13 * np.abs(E).max())
+
+
+def test_bound_shift_is_used_when_tight():
+    # consistency check of the fast path: moderate scores keep the bound, within the gap
+    Q, Y, values, _, _ = _problem(seed=6)
+    job = K._Job(Q, Y, values, "softmax", None)
+    assert not job._needs_exact(0, Q.shape[0])
+    assert np.all(job.shift >= (Q @ Y.T).max(axis=1) - 1e-12)
+
+
+def test_empty_key_set():
+    Q, Y, values, _, _ = _problem()
+    soft = kernel_sums(Q, Y[:0], values[:0], "softmax")
+    assert soft.shape == (37, 4) and np.isnan(soft).all()
+    np.testing.assert_array_equal(kernel_sums(Q, Y[:0], values[:0], "sigmoid"), 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# threads: bitwise identical results, the pool really used, errors and errstate carried over
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def pool_allowed(monkeypatch):
+    """Let the pool run even without threadpoolctl (the engine then trusts this variable)."""
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    yield
+    K.set_num_threads(None)
+
+
+def _spy_threads(monkeypatch):
+    used = []
+    real = K.parallel_blocks
+
+    def spy(nblocks, task, entries):
+        idents = set()
+
+        def marked(i):
+            idents.add(threading.get_ident())
+            task(i)
+
+        real(nblocks, marked, entries)
+        used.append(len(idents))
+
+    monkeypatch.setattr(K, "parallel_blocks", spy)
+    return used
+
+
+def _slow_relu(S):
+    time.sleep(2e-4)                  # releases the GIL: both threads surely take blocks
+    _relu(S)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("kind", ["softmax", "exp", "sigmoid", _slow_relu],
+                         ids=["softmax", "exp", "sigmoid", "relu"])
+def test_one_and_two_threads_are_bitwise_equal(kind, masked, pool_allowed, monkeypatch):
+    n = 700                           # n^2 above _PARALLEL_ENTRIES: the pool is used
+    Q, Y, values, q_pos, k_pos = _problem(n=n, m=n, masked=masked, seed=7)
+    if masked:
+        q_pos, k_pos = q_pos * 50 + np.arange(n) % 7, k_pos * 50
+    used = _spy_threads(monkeypatch)
+    K.set_num_threads(1)
+    one = kernel_sums(Q, Y, values, kind, q_pos, k_pos)
+    K.set_num_threads(2)
+    two = kernel_sums(Q, Y, values, kind, q_pos, k_pos)
+    if kind == _slow_relu:
+        assert used == [1, 2]
+    for a, b in zip(one if kind == "exp" else [one], two if kind == "exp" else [two]):
+        assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_worker_exception_is_raised(pool_allowed):
+    K.set_num_threads(2)
+    Q, Y, values, _, _ = _problem(n=700, m=700)
+    calls = []
+
+    def bad(S):
+        calls.append(1)
+        if len(calls) == 5:
+            raise ArithmeticError("from a worker")
+        _relu(S)
+
+    with pytest.raises(ArithmeticError, match="from a worker"):
+        kernel_sums(Q, Y, values, bad)
+
+
+def test_errstate_applies_in_worker_threads(pool_allowed):
+    K.set_num_threads(2)
+    Q, Y, values, _, _ = _problem(n=700, m=700)
+
+    def overflow(S):
+        np.exp(S * 1e3, out=S)
+
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        kernel_sums(Q, Y, values, overflow)
+
+
+def test_thread_settings(monkeypatch):
+    monkeypatch.setenv("TPDE_NUM_THREADS", "3")
+    K.set_num_threads(None)
+    assert K.get_num_threads() == 3
+    K.set_num_threads(2)
+    assert K.get_num_threads() == 2
+    K.set_num_threads(None)
+    monkeypatch.setenv("TPDE_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="TPDE_NUM_THREADS"):
+        K.get_num_threads()
+    with pytest.raises(ValueError, match="k must be"):
+        K.set_num_threads(0)
+    with pytest.raises(TypeError, match="k must be"):
+        K.set_num_threads(1.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# memory and input checks
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,m", [(1, 1), (7, 100_000), (100_000, 7), (600, 600), (5000, 300)])
+def test_tiles_stay_within_the_budget(n, m):
+    rows, cols = K.block_shape(n, m)
+    assert 1 <= rows <= n and 1 <= cols <= min(m, K._BLOCK_COLS)
+    assert rows * cols <= max(K._BLOCK_ENTRIES, cols)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_peak_memory_is_far_below_the_score_matrix(masked, pool_allowed):
+    K.set_num_threads(2)
+    n = 2000                          # a dense score matrix would take 32 MB
+    Q, Y, values, q_pos, k_pos = _problem(n=n, m=n, masked=masked, seed=8)
+    kernel_sums(Q[:10], Y, values, "softmax")               # warm-up outside the trace
+    tracemalloc.start()
+    kernel_sums(Q, Y, values, "softmax", q_pos, k_pos)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    operands = 8 * n * (3 * (Q.shape[1] + 1) + 3 * values.shape[1])     # copies and output
+    # budget: two threads, each a 256 KB tile plus masks and small blocks, 2 MiB in all
+    assert peak < operands + 2 * 2**20, peak
+
+
+def test_bad_input():
+    Q, Y, values, q_pos, k_pos = _problem(masked=True)
+    with pytest.raises(ValueError, match="NaN"):
+        kernel_sums(Q, Y, values, "softmax", np.full(37, np.nan), k_pos)
+    with pytest.raises(ValueError, match="together"):
+        kernel_sums(Q, Y, values, "softmax", q_pos, None)
+    with pytest.raises(ValueError, match="kind"):
+        kernel_sums(Q, Y, values, "relu")
+    with pytest.raises(TypeError, match="keys"):
+        kernel_sums(Q, Y.astype(int), values, "softmax")
+
+
+# ---------------------------------------------------------------------------------------------
+# the Sinkhorn solver's dense kernel matrices and matrix-vector products
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_kernel_and_matvec_match_numpy(threads, pool_allowed):
+    K.set_num_threads(threads)
+    rng = np.random.default_rng(9)
+    n, m = 610, 530                   # n m above _PARALLEL_ENTRIES, partial last blocks
+    left, right = rng.standard_normal((n, 3)), rng.standard_normal((m, 3))
+    r, c, w = rng.standard_normal(n), rng.standard_normal(m), rng.random(m) + 0.5
+    L = left @ right.T
+    out = np.empty((n, m))
+    assert K.dense_kernel(left, right, out) is True
+    np.testing.assert_allclose(out, L, rtol=1e-14, atol=1e-14)
+    assert K.dense_kernel(left, right, out, "exp", row_add=r, col_add=c)
+    np.testing.assert_allclose(out, np.exp(L + r[:, None] + c[None, :]), rtol=1e-13)
+    finite, M, s = K.dense_kernel(left, right, out, "softmax", col_add=c, col_div=w)
+    Lc = L + c[None, :]
+    E = np.exp(Lc - Lc.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, E / E.sum(axis=1, keepdims=True) / w, rtol=1e-13)
+    np.testing.assert_allclose(M, Lc.max(axis=1), rtol=1e-15)
+    np.testing.assert_allclose(s, E.sum(axis=1), rtol=1e-13)
+    x, y = rng.standard_normal(m), rng.standard_normal(n)
+    np.testing.assert_allclose(K.matvec(out, x), out @ x, rtol=1e-13)
+    np.testing.assert_allclose(K.matvec(out, y, transpose=True), out.T @ y, rtol=1e-13)
+    bad = left.copy()
+    bad[3, 1] = np.inf
+    with np.errstate(invalid="ignore"):         # inf * 0 inside the product
+        assert K.dense_kernel(bad, right, out) is False
+
+
+def test_dense_kernel_and_matvec_bitwise_over_threads(pool_allowed):
+    rng = np.random.default_rng(10)
+    n = 700
+    left, right, x = rng.standard_normal((n, 2)), rng.standard_normal((n, 2)), rng.random(n)
+    results = []
+    for threads in (1, 2):
+        K.set_num_threads(threads)
+        out = np.empty((n, n))
+        _, M, s = K.dense_kernel(left, right, out, "softmax", col_add=x, col_div=x + 1)
+        results.append((out, M, s, K.matvec(out, x), K.matvec(out, x, transpose=True)))
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)

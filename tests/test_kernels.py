@@ -340,3 +340,12 @@ def test_dense_kernel_and_matvec_bitwise_over_threads(pool_allowed):
         results.append((out, M, s, K.matvec(out, x), K.matvec(out, x, transpose=True)))
     for a, b in zip(*results):
         assert np.array_equal(a, b)
+
+
+def test_a_kernel_that_returns_a_new_array_is_used_not_ignored():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(40, 2))
+    w = np.full(40, 1 / 40)
+    dense = np.exp(X @ X.T) @ (X * w[:, None])
+    returned = kernel_sums(X, X, X * w[:, None], lambda S: np.exp(S))
+    assert np.allclose(returned, dense, rtol=1e-12)

@@ -31,7 +31,9 @@ from .attention import (
     Sinkhorn,
     Softmax,
     Unnormalised,
+    get_num_threads,
     kernel_sums,
+    set_num_threads,
     sinkhorn_potentials,
 )
 from .gaussian import (
@@ -49,7 +51,7 @@ from .transport import bures_wasserstein, conditional_wasserstein, wasserstein
 
 __all__ = [
     "Empirical", "Gaussian",
-    "Attention", "GaussianClosure", "kernel_sums",
+    "Attention", "GaussianClosure", "kernel_sums", "set_num_threads", "get_num_threads",
     "Softmax", "MultiHead", "L2", "Sinkhorn", "Sigmoid", "Linear", "Unnormalised",
     "sinkhorn_potentials",
     "simulate", "Trajectory",

@@ -317,7 +317,10 @@ class _Job:
                 T += 1.0
                 np.reciprocal(T, out=T)
             else:
-                self.kind(T.T)
+                view = T.T
+                res = self.kind(view)
+                if res is not None and not np.shares_memory(res, view):
+                    np.copyto(view, res)     # a kernel that returned a new array: use it
             if cnt is not None and c1 > full:
                 lo = max(c0, full)
                 np.copyto(T[lo - c0:], 0.0, where=self._hidden(r0, r1, lo, c1))
@@ -348,9 +351,10 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
           scores, or an upper bound of it within ``_MAX_GAP`` = 60 and at most 700, so
           :math:`e^{M_i}` overflows only if the row maximum exceeds 700;
         - ``"sigmoid"``: :math:`\sigma(s) = 1/(1+e^{-s})`;
-        - a callable ``kappa(S)`` that overwrites a block ``S`` (shape (b, c_b), a view of a
-          tile) with :math:`\kappa(S)` in place and returns nothing (e.g. ``lambda S:
-          np.maximum(S, 0, out=S)`` for ReLU attention). Masked entries are set to 0 after it
+        - a callable ``kappa(S)`` applied to a block ``S`` (shape (b, c_b), a view of a tile):
+          it either overwrites ``S`` with :math:`\kappa(S)` in place (fastest, e.g. ``lambda S:
+          np.maximum(S, 0, out=S)`` for ReLU attention) or returns :math:`\kappa(S)` as a new
+          array of the same shape (e.g. ``np.exp``), which is then used. Masked entries are set to 0 after it
           is applied. It is called from the worker threads, on disjoint tiles at the same time:
           it must act on its argument only.
     q_pos, k_pos : ndarray, shape (n,) and (m,), optional

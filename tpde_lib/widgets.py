@@ -8,6 +8,8 @@ parameter, the other parameters held at their default values.
 
 from __future__ import annotations
 
+import io
+
 import matplotlib.pyplot as plt
 
 __all__ = ["explore", "static_twin", "live_panel"]
@@ -70,24 +72,71 @@ def static_twin(draw, defaults, twin, twin_values, figsize=(8, 4), interval=800,
     return HTML(html)
 
 
-def live_panel(draw, controls, figsize=(8, 4)):
-    """An ipywidgets panel that redraws ``draw(fig, **values)`` whenever a control changes."""
+def _png(fig):
+    """PNG bytes of ``fig`` at its own size (no tight bounding box: one draw, fast zlib level)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", pil_kwargs={"compress_level": 1})
+    return buf.getvalue()
+
+
+def live_panel(draw, controls, figsize=(8, 4), dpi=100, continuous_update=False):
+    """An ipywidgets panel that redraws ``draw(fig, **values)`` whenever a control changes.
+
+    One :class:`matplotlib.figure.Figure` (Agg canvas, no pyplot) is made once and cleared before
+    each redraw; its PNG goes into an :class:`ipywidgets.Image`, so a change costs one draw and one
+    fast PNG encoding, and the page swaps one image instead of re-creating an output.
+
+    Parameters
+    ----------
+    draw : callable
+        ``draw(fig, **params)`` draws onto the cleared figure.
+    controls : dict
+        Name -> ipywidgets widget; a control without a ``description`` is labelled by its name.
+    figsize : (float, float)
+        Inches; the image is ``figsize * dpi`` pixels.
+    dpi : int
+    continuous_update : bool
+        Applied to every control that has the setting (sliders, text boxes): False (default)
+        redraws when a slider is released or stepped by a key, or a text is entered, not at every
+        pixel of a drag or every digit, so redraws do not queue up.
+
+    Returns
+    -------
+    ipywidgets.VBox
+        Controls (CSS class ``tpde-controls``), the figure (``tpde-figure``) and an output area
+        for warnings and errors of ``draw``; the box has the CSS class ``tpde-live-panel``.
+    """
     import ipywidgets as widgets
-    from IPython.display import display
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    out = widgets.Output()
+    for name, widget in controls.items():
+        if hasattr(widget, "description") and not widget.description:
+            widget.description = name
+        if hasattr(widget, "continuous_update"):
+            widget.continuous_update = bool(continuous_update)
+    fig = Figure(figsize=figsize, dpi=dpi)
+    FigureCanvasAgg(fig)
+    image = widgets.Image(format="png", width=int(round(figsize[0] * dpi)))
+    image.add_class("tpde-figure")
+    messages = widgets.Output()
 
-    def update(**params):
-        with out:
-            out.clear_output(wait=True)
-            fig = plt.figure(figsize=figsize)
+    def update(change=None):
+        params = {name: w.value for name, w in controls.items()}
+        messages.clear_output()
+        with messages:  # a warning or an exception of ``draw`` is shown here, below the figure
+            fig.clear()
             draw(fig, **params)
-            display(fig)
-            plt.close(fig)
+            image.value = _png(fig)
 
-    widgets.interactive_output(update, controls)
-    return widgets.VBox([widgets.HBox(list(controls.values()),
-                                      layout=widgets.Layout(flex_flow="row wrap")), out])
+    for widget in controls.values():
+        widget.observe(update, names="value")
+    update()
+    bar = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
+    bar.add_class("tpde-controls")
+    panel = widgets.VBox([bar, image, messages])
+    panel.add_class("tpde-live-panel")
+    return panel
 
 
 def explore(draw, controls, twin, twin_values, figsize=(8, 4), show=True):
@@ -119,6 +168,7 @@ def explore(draw, controls, twin, twin_values, figsize=(8, 4), show=True):
     # the twin first: any error in ``draw`` surfaces here as a normal exception (an error inside
     # an ipywidgets callback would only be printed into the widget's output)
     twin_html = static_twin(draw, defaults, twin, values, figsize=figsize)
+    controls[twin].add_class("tpde-main-control")  # the control the static twin sweeps
     panel = live_panel(draw, controls, figsize=figsize)
     if show:
         from IPython.display import Markdown, display

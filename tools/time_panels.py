@@ -1,0 +1,154 @@
+"""Time the redraw of every live panel of the book, in this Python (no browser, no kernel).
+
+Usage::
+
+    python tools/time_panels.py [chapters/01_transformer_pde.md ...]
+
+Runs each chapter's code cells (from the chapter's folder, as the book does), keeps every panel
+that :func:`tpde_lib.widgets.live_panel` builds, then sets each control in turn to each of its
+values (a dropdown: every option; a slider: its minimum, middle and maximum), for every option of
+every dropdown of the panel, and times the redraw (draw + PNG) that the change triggers. Prints
+the slowest redraw per control and the overall slowest. This is the kernel's share of a
+keypress -> new figure round trip; ``tools/check_live_lab.py`` measures the whole trip in a
+browser. Exits 1 when a redraw raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _is_choice(widget):
+    """A dropdown-like control (every option is tried), as opposed to a slider."""
+    return hasattr(widget, "options") and "Slider" not in type(widget).__name__
+
+
+def _values(widget):
+    """The values a control is set to: every option of a dropdown; a slider's ends and middle."""
+    if hasattr(widget, "options"):
+        opts = [o[1] if isinstance(o, tuple) else o for o in widget.options]
+        return opts if _is_choice(widget) else [opts[0], opts[len(opts) // 2], opts[-1]]
+    lo, hi = widget.min, widget.max
+    if hasattr(widget, "base"):  # log slider: min and max are exponents
+        return [widget.base ** lo, widget.base ** ((lo + hi) / 2), widget.base ** hi]
+    step = widget.step or 1
+    return [lo, lo + round((hi - lo) / 2 / step) * step, hi]
+
+
+def run_chapter(path):
+    """Execute the chapter's code cells; return the panels built, as (controls, update) pairs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import tpde_lib.widgets as tw
+
+    panels = []
+    original = tw.live_panel
+
+    def recording(draw, controls, *args, **kwargs):
+        panel = original(draw, controls, *args, **kwargs)
+        panels.append((controls, panel))
+        return panel
+
+    tw.live_panel = recording
+    nb = jupytext.read(path)
+    cwd = os.getcwd()
+    os.chdir(Path(path).parent)
+    namespace = {"__name__": "__main__"}
+    quiet = contextlib.ExitStack()
+    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    try:
+        for cell in nb.cells:
+            if cell.cell_type != "code" or "skip-execution" in cell.metadata.get("tags", []):
+                continue
+            src = "\n".join(line for line in cell.source.splitlines()
+                            if not line.lstrip().startswith(("%", "!")))
+            exec(compile(src, f"{path}:cell", "exec"), namespace)
+    finally:
+        quiet.close()
+        os.chdir(cwd)
+        tw.live_panel = original
+    return panels
+
+
+def time_panel(controls, panel):
+    """Slowest redraw per control: each slider at its ends and middle, for every combination of
+    the dropdowns' options; each dropdown change timed on its own."""
+    image, messages = panel.children[1], panel.children[2]
+    defaults = {name: w.value for name, w in controls.items()}
+    choices = [n for n, w in controls.items() if _is_choice(w)]
+    sliders = [n for n in controls if n not in choices]
+    worst, failures = {}, []
+
+    def set_and_time(name, value, where):
+        widget = controls[name]
+        if widget.value == value:
+            return
+        before = image.value
+        start = time.perf_counter()
+        widget.value = value
+        took = time.perf_counter() - start
+        if messages.outputs:
+            failures.append(f"{where}: output below the figure: {messages.outputs}")
+        if image.value == before:
+            failures.append(f"{where}: figure unchanged")
+        if took > worst.get(name, (0.0, ""))[0]:
+            worst[name] = (took, where)
+
+    for combo in itertools.product(*[_values(controls[n]) for n in choices]):
+        label = ", ".join(f"{n}={v!r}" for n, v in zip(choices, combo))
+        for name, value in zip(choices, combo):
+            set_and_time(name, value, label)
+        for name in sliders:
+            for value in _values(controls[name]) + [defaults[name]]:
+                set_and_time(name, value, f"{label + ', ' if label else ''}{name}={value!r}")
+    for name, value in defaults.items():
+        controls[name].value = value
+    return worst, failures
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("chapters", nargs="*")
+    args = ap.parse_args(argv)
+    if args.chapters:
+        chapters = [Path(c).resolve() for c in args.chapters]
+    else:
+        sys.path.insert(0, str(ROOT))
+        from tpde_lib.claims import toc_documents
+
+        chapters = [ROOT / f"{d}.md" for d in toc_documents(ROOT / "_toc.yml")
+                    if d.startswith("chapters/")]
+    failed, slowest = [], (0.0, "")
+    for chapter in chapters:
+        start = time.perf_counter()
+        panels = run_chapter(chapter)
+        print(f"{chapter.name}: ran in {time.perf_counter() - start:.1f} s, {len(panels)} panel(s)")
+        for k, (controls, panel) in enumerate(panels):
+            with contextlib.redirect_stdout(io.StringIO()):  # clear_output's escapes, no kernel
+                worst, failures = time_panel(controls, panel)
+            for name, (took, where) in worst.items():
+                print(f"  panel {k} {name:24s} slowest redraw {1000 * took:7.0f} ms  at {where}")
+                if took > slowest[0]:
+                    slowest = (took, f"{chapter.name} {where}")
+            failed += [f"{chapter.name}: {f}" for f in failures]
+    for f in failed:
+        print("FAIL", f)
+    print(f"slowest redraw: {1000 * slowest[0]:.0f} ms ({slowest[1]})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -232,7 +232,7 @@ def exercise_panels(page, n_panels, budget, fail_factor, report, fail):
     for k in range(n_panels):
         panel = panels.nth(k)
         panel.scroll_into_view_if_needed()
-        controls = panel.locator(".tpde-controls > .jupyter-widgets")
+        controls = panel.locator(".tpde-controls > *")
         n = controls.count()
         order = sorted(range(n), key=lambda i: "tpde-main-control" not in
                        (controls.nth(i).get_attribute("class") or ""))
@@ -352,6 +352,8 @@ def main(argv=None):
                             fail(p)
                         for m in run["rawMyst"]:
                             fail(f"MyST not rendered: {m!r}")
+                        if not run["nMyst"]:
+                            fail("no Markdown cell rendered by jupyterlab-myst")
                         budget = BUDGETS.get(Path(path).name[:2], 1.0)
                         if not run["problems"]:
                             exercise_panels(page, run["panels"], budget, args.fail_factor,

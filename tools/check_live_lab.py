@@ -47,8 +47,8 @@ from urllib.parse import urlsplit
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-# keypress -> new figure budgets (seconds): particle panels (chapters 1-4), Gaussian (5-7)
-BUDGETS = {"01": 1.0, "02": 1.0, "03": 1.0, "04": 1.0, "05": 0.3, "06": 0.3, "07": 0.3}
+# keypress -> new figure budgets (seconds): particle panels (chapters 1-4, 8), Gaussian (5-7)
+BUDGETS = {"01": 1.0, "02": 1.0, "03": 1.0, "04": 1.0, "05": 0.3, "06": 0.3, "07": 0.3, "08": 1.0}
 RAW_MYST = re.compile(r"\{(cite(:[pt])?|eq|ref|numref|doc|term|math|download|abbr)\}")
 # the user-level settings of the test only: cells outside the viewport stay in the page (JupyterLab
 # renders only the visible cells by default), so outputs and Markdown can be inspected everywhere

@@ -126,11 +126,10 @@ def main(argv=None):
     if args.chapters:
         chapters = [Path(c).resolve() for c in args.chapters]
     else:
-        sys.path.insert(0, str(ROOT))
-        from tpde_lib.claims import toc_documents
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from check_live_lab import toc_notebooks
 
-        chapters = [ROOT / f"{d}.md" for d in toc_documents(ROOT / "_toc.yml")
-                    if d.startswith("chapters/")]
+        chapters = [ROOT / p for p in toc_notebooks() if p.startswith("chapters/")]
     failed, slowest = [], (0.0, "")
     for chapter in chapters:
         start = time.perf_counter()

@@ -148,6 +148,7 @@ async () => {
 
 
 def check_in_browser(html_dir, pages, shots_dir):
+    from offline_browser import offline_context
     from playwright.sync_api import sync_playwright
 
     shots_dir.mkdir(parents=True, exist_ok=True)
@@ -155,21 +156,7 @@ def check_in_browser(html_dir, pages, shots_dir):
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     failures, blocked = [], set()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync"])
-        context = browser.new_context(viewport={"width": 1280, "height": 1000})
-
-        def route(r):
-            host = urlsplit(r.request.url).hostname
-            if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-                return r.continue_()
-            blocked.add(host)
-            return r.abort()
-
-        context.route("**/*", route)
+        browser, context = offline_context(pw, {"width": 1280, "height": 1000}, blocked)
         page = context.new_page()
         for rel in pages:
             page.goto(base + str(rel), wait_until="load", timeout=60_000)

@@ -42,9 +42,9 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import yaml
+from offline_browser import offline_context
 
 ROOT = Path(__file__).resolve().parents[1]
 # keypress -> new figure budgets (seconds): particle panels (chapters 1-4, 8), Gaussian (5-7)
@@ -302,21 +302,8 @@ def main(argv=None):
         proc, base, token, log = start_lab(tmp)
         try:
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(
-                    executable_path="/usr/bin/chromium",
-                    args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                          "--disable-background-networking", "--disable-component-update",
-                          "--disable-sync"])
-                context = browser.new_context(viewport={"width": 1400, "height": 1000})
-
-                def route(r):
-                    host = urlsplit(r.request.url).hostname
-                    if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-                        return r.continue_()
-                    blocked.add(host)
-                    return r.abort()
-
-                context.route("**/*", route)
+                browser, context = offline_context(pw, {"width": 1400, "height": 1000},
+                                                   blocked)
                 page = context.new_page()
                 page.set_default_timeout(60_000)
                 start = time.perf_counter()

@@ -250,10 +250,17 @@ def run(mutant, python):
             [python, "-m", "pytest", str(chapter), "-x", "-q", "-p", "no:cacheprovider",
              "-o", "addopts=--nbval-lax --nbval-current-env -p tests.nbmyst"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
+    out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     where = re.search(r"FAILED \S*?(chapters/\S+::Cell \d+)", out)
     killed = proc.returncode == 1 and where is not None
-    return killed, where.group(1) if where else out.strip().splitlines()[-1:], time.time() - start
+    if not killed:
+        return False, out.strip().splitlines()[-1:], time.time() - start
+    # the exception and the line of the cell that raised it (an assert, or the call that failed)
+    errors = re.findall(r"^([A-Za-z_][\w.]*(?:Error|Exception))\b", out, re.M)
+    line = re.search(r"^-+> *\d+ (.*)$", out, re.M)
+    detail = f" ({errors[-1] if errors else 'error'}"
+    detail += f" at `{line.group(1).strip()[:60]}`)" if line else ")"
+    return True, where.group(1) + detail, time.time() - start
 
 
 def main(argv=None):

@@ -127,8 +127,8 @@ MUTANTS = [
       "points = g.mean + Z[keep]", "05_gaussian_solutions"),
     # ---- a reader's variant (chapter 8) ----------------------------------------------------
     M("kernel-callable-ignored", "a callable kernel is not applied (identity kernel)",
-      "attention/_kernels.py", "            else:\n                self.kind(T.T)",
-      "            else:\n                pass", "08_your_own_attention"),
+      "attention/_kernels.py", "                res = self.kind(view)",
+      "                res = None", "08_your_own_attention"),
     M("affine-defect-unweighted", "affine fit ignores the Gaussian's quadrature weights",
       "gaussian/_defect.py", "sw = np.sqrt(mu.weights)[:, None]",
       "sw = np.ones((mu.n, 1))", "08_your_own_attention"),

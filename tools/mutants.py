@@ -8,9 +8,17 @@ nbval (the same plugin as ``pytest``), with that copy first on ``PYTHONPATH``, s
 first failing cell. The mutant is *killed* when the chapter fails. The book itself must catch the
 error: the library's unit tests are not run here.
 
-Usage: ``python tools/mutants.py [--jobs 2] [--only ID ...] [--list]``. Prints one line per
-mutant (which chapter and cell killed it) and ends with ``mutants: N, killed by the chapters: K``;
-exits 1 when a mutant survives or a snippet is not found (the library changed under it).
+Usage: ``python tools/mutants.py [--jobs 2] [--only ID ...] [--chapter 02 ...] [--list]``.
+Prints one line per mutant (which chapter and cell killed it), the wall time, and ends with
+``mutants: N, killed by the chapters: K``; exits 1 when a mutant survives or a snippet is not
+found (the library changed under it).
+
+A mutant that is equivalent to the original in every case a chapter runs is not listed (it
+could not be killed and would say nothing about the chapter), e.g. ``coupling_distance`` with
+equal weights (chapter 2 only passes equal weights), the supremum over the time grid of
+``support_radius`` replaced by ``t = 0`` (chapter 3 has constant weights), or the covariance
+part of ``gaussian_affine_flow`` as ``2 M Sigma`` (the right-hand side symmetrises Sigma, so its
+symmetric part solves the same ODE).
 """
 
 from __future__ import annotations
@@ -75,8 +83,10 @@ MUTANTS = [
       "        qa = points @ self.A(t)                          # rows A^T x_i",
       "01_transformer_pde"),
     M("causal-mask-reversed", "masked attention sees the later tokens instead of the earlier",
-      "attention/_kernels.py", "hidden = k_pos[None, :] > q_pos[start:stop, None] if masked",
-      "hidden = k_pos[None, :] < q_pos[start:stop, None] if masked", "01_transformer_pde"),
+      "attention/_kernels.py",
+      "q_pos, k_pos = np.asarray(q_pos, dtype=float), np.asarray(k_pos, dtype=float)",
+      "q_pos, k_pos = -np.asarray(q_pos, dtype=float), -np.asarray(k_pos, dtype=float)",
+      "01_transformer_pde"),
     M("euler-step-doubled", "residual layer x + 2h Gamma",
       "particles.py", "return x + h * field(x, t)", "return x + 2 * h * field(x, t)",
       "01_transformer_pde"),
@@ -117,11 +127,109 @@ MUTANTS = [
       "points = g.mean + Z[keep]", "05_gaussian_solutions"),
     # ---- a reader's variant (chapter 8) ----------------------------------------------------
     M("kernel-callable-ignored", "a callable kernel is not applied (identity kernel)",
-      "attention/_kernels.py", "        if callable(kind):\n            kind(S)",
-      "        if callable(kind):\n            pass", "08_your_own_attention"),
+      "attention/_kernels.py", "                res = self.kind(view)",
+      "                res = None", "08_your_own_attention"),
     M("affine-defect-unweighted", "affine fit ignores the Gaussian's quadrature weights",
       "gaussian/_defect.py", "sw = np.sqrt(mu.weights)[:, None]",
       "sw = np.ones((mu.n, 1))", "08_your_own_attention"),
+    # ---- mean-field limit (chapter 2: exact affine flow, label coupling, rate fits) --------
+    M("affine-flow-Phi-right-multiplied", "exact flow with Phi' = Phi M instead of M Phi",
+      "meanfield.py", "return np.concatenate([(M @ Phi).ravel(), M @ c + b,",
+      "return np.concatenate([(Phi @ M).ravel(), M @ c + b,", "02_mean_field"),
+    M("affine-flow-shift-drops-b", "exact flow with c' = M c (the drift b dropped)",
+      "meanfield.py", "(M @ Phi).ravel(), M @ c + b, M @ mean + b",
+      "(M @ Phi).ravel(), M @ c, M @ mean + b", "02_mean_field"),
+    M("coupling-distance-unnormalised", "label coupling sum_i |x_i - y_i|^2 without weights",
+      "meanfield.py", "return float(np.sqrt(w @ np.sum((x - y) ** 2, axis=1)))",
+      "return float(np.sqrt(np.sum((x - y) ** 2)))", "02_mean_field"),
+    M("uniform-disk-radius-not-sqrt", "disk sampler with r = R U instead of R sqrt(U)",
+      "meanfield.py", "r = radius * np.sqrt(rng.uniform(size=n))",
+      "r = radius * rng.uniform(size=n)", "02_mean_field"),
+    M("fit-rate-against-x-not-log-x", "rate fit of log y against x instead of log x",
+      "meanfield.py", "u = np.repeat(np.log(x), y.shape[1])", "u = np.repeat(x, y.shape[1])",
+      "02_mean_field"),
+    M("fit-rate-one-sided-quantile", "rate interval with the one-sided Student quantile",
+      "meanfield.py", "half = float(stats.t.ppf(0.5 + level / 2, dof)) * stderr",
+      "half = float(stats.t.ppf(level, dof)) * stderr", "02_mean_field"),
+    M("fit-rate-variance-over-N", "rate standard error with residuals / N, not / (N - 2)",
+      "meanfield.py", "stderr = float(np.sqrt(np.sum(resid ** 2) / dof / suu))",
+      "stderr = float(np.sqrt(np.sum(resid ** 2) / u.size / suu))", "02_mean_field"),
+    M("step-order-fitted-against-depth", "step order fitted against L = T/h instead of h",
+      "meanfield.py", "return StepOrder(steps, errors, fit_rate(steps, errors))",
+      "return StepOrder(steps, errors, fit_rate(T / steps, errors))", "02_mean_field"),
+    # ---- stability constants (chapter 3: attained by two-atom measures and one token) ------
+    M("softmax-Lmu-exponent-halved", "softmax L_mu with e^{|A|R^2} instead of e^{2|A|R^2}",
+      "attention/_bilinear.py", "np.log(v) + np.log1p(2 * a * R2) + 2 * a * R2",
+      "np.log(v) + np.log1p(2 * a * R2) + a * R2", "03_well_posedness"),
+    M("softmax-Lx-R-not-squared", "softmax L_x = |V||A|R instead of |V||A|R^2",
+      "attention/_bilinear.py", "return np.log(v * a * R2), np.log(v) + np.log1p(2 * a",
+      "return np.log(v * a * R), np.log(v) + np.log1p(2 * a", "03_well_posedness"),
+    M("l2-Lx-coupling-halved", "l2 L_x with 1/tau instead of 2/tau",
+      "attention/_composite.py", "return (np.log(2 / tau * v * _norm(K.T @ Q) * R2),",
+      "return (np.log(1 / tau * v * _norm(K.T @ Q) * R2),", "03_well_posedness"),
+    M("sigmoid-Lx-quarter-dropped", "sigmoid L_x = |V||A|R^2 (sup sigma' = 1/4 dropped)",
+      "attention/_bilinear.py", "return np.log(v * a * R2 / 4), np.log(v) + np.log1p(a * R2 / 4)",
+      "return np.log(v * a * R2), np.log(v) + np.log1p(a * R2 / 4)", "03_well_posedness"),
+    M("multihead-lipschitz-max-not-sum", "multi-head constants: largest head, not the sum",
+      "attention/_composite.py", "return tuple(np.logaddexp.reduce(logs, axis=0))",
+      "return tuple(logs.max(axis=0))", "03_well_posedness"),
+    M("multihead-growth-max-not-sum", "multi-head growth rate: largest |V_h|, not the sum",
+      "attention/_composite.py", "return sum(h.growth_rate(t) for h in self.heads)",
+      "return max(h.growth_rate(t) for h in self.heads)", "03_well_posedness"),
+    # ---- masked attention (chapter 4: prefix average, Hardy constants, W_p^cond) -----------
+    M("prefix-average-mask-reversed", "prefix average over s' >= s instead of s' <= s",
+      "masked_bounds.py", "seen = s[None, :] <= s[:, None]", "seen = s[None, :] >= s[:, None]",
+      "04_masked_attention"),
+    M("prefix-average-unweighted", "prefix average with equal weights, not the masses",
+      "masked_bounds.py", "return seen * w[None, :] / prefix[:, None]",
+      "return seen / seen.sum(axis=1)[:, None]", "04_masked_attention"),
+    M("masked-lipschitz-atom-power-ignored", "pointwise constant L_mu / m({0}) for every p",
+      "masked_bounds.py", "return float(L_mu / m ** (1.0 / p))", "return float(L_mu / m)",
+      "04_masked_attention"),
+    M("hardy-kappa1-suffix-masses", "kappa_1 = sum m_i / m([s_i, 1]) (suffix, not prefix)",
+      "masked_bounds.py", "return float(np.sum(m / np.cumsum(m))) if p == 1.0",
+      "return float(np.sum(m / np.cumsum(m[::-1])[::-1])) if p == 1.0",
+      "04_masked_attention"),
+    M("lp-norm-l1-unweighted", "l1(m) operator norm as the plain largest column sum",
+      "masked_bounds.py", "return float(np.max((m @ np.abs(E)) / m))",
+      "return float(np.max(np.abs(E).sum(axis=0)))", "04_masked_attention"),
+    M("conditional-wasserstein-no-root", "W_p^cond returned as its p-th power",
+      "transport.py", "return float(scale * top * total ** (1.0 / p))",
+      "return float((scale * top) ** p * total)", "04_masked_attention"),
+    M("conditional-wasserstein-fibres-equal", "W_p^cond averaging fibres with equal weights",
+      "transport.py", "total = float(np.sum(m_mu * (fibre_w / top) ** p))",
+      "total = float(np.mean((fibre_w / top) ** p))", "04_masked_attention"),
+    M("sink-series-inner-sum-dropped", "sink response sum_n (t l)^n / n!^2 (the bound I_0)",
+      "masked_bounds.py", "truncated_exp = np.cumsum(np.exp(k * np.log(ell) - log_fact))",
+      "truncated_exp = np.exp(k * np.log(ell) - log_fact)", "04_masked_attention"),
+    # ---- gradient flows (chapter 7: dissipation identities, twisted distances) -------------
+    M("dissipation-mobility-ignored", "dissipation int <G, G> instead of int <G, P^-1 G>",
+      "energy.py", "PiG = np.linalg.solve(P, G.T).T", "PiG = G", "07_gradient_flows"),
+    M("dissipation-factor-ignored", "dissipation without the factor rho = Z_mu",
+      "energy.py",
+      "rho = np.ones(mu.n) if factor is None else as_float_array(\"factor\", factor, shape=(mu.n,))",
+      "rho = np.ones(mu.n)", "07_gradient_flows"),
+    M("interaction-energy-half-dropped", "E = sum_ij w_i w_j e^{<Ax_i, x_j>} (1/2 dropped)",
+      "energy.py", "log_e = float(np.log(0.5) + logsumexp(",
+      "log_e = float(0.0 + logsumexp(", "07_gradient_flows"),
+    M("sinkhorn-energy-entropy-dropped", "F = OT_eps/2 without the entropy term eps KL",
+      "energy.py", "return 0.5 * (float(np.sum(plan * C)) + eps * kl)",
+      "return 0.5 * float(np.sum(plan * C))", "07_gradient_flows"),
+    M("sinkhorn-energy-gaussian-eps-ignored", "Gaussian F with A instead of A / eps",
+      "energy_gaussian.py", "M = R @ (A / eps) @ R\n    s = np.linalg.eigvalsh",
+      "M = R @ A @ R\n    s = np.linalg.eigvalsh", "07_gradient_flows"),
+    M("bw-gradient-flow-factor-2-dropped", "BW flow Sigma' = -(grad F Sigma + Sigma grad F)",
+      "energy_gaussian.py", "out = -2.0 * (grad @ S + S @ grad)",
+      "out = -1.0 * (grad @ S + S @ grad)", "07_gradient_flows"),
+    M("twisted-wasserstein-P-root-inverted", "d_P maps the points by P^{1/2}, not P^{-1/2}",
+      "transport.py", "_, T = _mobility_roots(P, mu.d)", "T, _ = _mobility_roots(P, mu.d)",
+      "07_gradient_flows"),
+    M("twisted-bures-P-root-inverted", "twisted BW maps by P^{1/2}, not P^{-1/2}",
+      "transport.py", "_, T = _mobility_roots(P, g1.d)", "T, _ = _mobility_roots(P, g1.d)",
+      "07_gradient_flows"),
+    M("bures-map-commuting-formula", "Brenier map T = Sigma_1^{1/2} Sigma_0^{-1/2} (commuting case)",
+      "transport.py", "T = Ri @ psd_sqrt(R @ S1 @ R) @ Ri", "T = psd_sqrt(S1) @ Ri",
+      "07_gradient_flows"),
 ]
 
 
@@ -150,19 +258,32 @@ def run(mutant, python):
             [python, "-m", "pytest", str(chapter), "-x", "-q", "-p", "no:cacheprovider",
              "-o", "addopts=--nbval-lax --nbval-current-env -p tests.nbmyst"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
+    out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     where = re.search(r"FAILED \S*?(chapters/\S+::Cell \d+)", out)
     killed = proc.returncode == 1 and where is not None
-    return killed, where.group(1) if where else out.strip().splitlines()[-1:], time.time() - start
+    if not killed:
+        return False, out.strip().splitlines()[-1:], time.time() - start
+    # the exception and the line of the cell that raised it (an assert, or the call that failed)
+    errors = re.findall(r"^([A-Za-z_][\w.]*(?:Error|Exception))\b", out, re.M)
+    line = re.search(r"^-+> *\d+ (.*)$", out, re.M)
+    detail = f" ({errors[-1] if errors else 'error'}"
+    detail += f" at `{line.group(1).strip()[:60]}`)" if line else ")"
+    return True, where.group(1) + detail, time.time() - start
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--only", nargs="*", help="run only these mutant ids")
+    parser.add_argument("--chapter", nargs="*",
+                        help="run only the mutants of these chapters (e.g. 02_mean_field or 02)")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTANTS if not args.only or m.id in args.only]
+    chosen = [m for m in MUTANTS if (not args.only or m.id in args.only)
+              and (not args.chapter or any(m.chapter.startswith(c) for c in args.chapter))]
+    unknown = set(args.only or ()) - {m.id for m in MUTANTS}
+    if unknown:
+        parser.error(f"unknown mutant ids: {sorted(unknown)}")
     if args.list:
         for m in chosen:
             print(f"{m.id:36s} {m.chapter:24s} {m.what}")
@@ -172,7 +293,7 @@ def main(argv=None):
         for m in chosen:
             apply(m, Path(tmp) / "tpde_lib")
             shutil.copy2(ROOT / "tpde_lib" / m.path, Path(tmp) / "tpde_lib" / m.path)
-    killed = 0
+    killed, start = 0, time.time()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [(m, pool.submit(run, m, sys.executable)) for m in chosen]
         for m, fut in futures:
@@ -180,6 +301,7 @@ def main(argv=None):
             killed += ok
             verdict = f"killed by {where}" if ok else f"SURVIVED ({where})"
             print(f"{m.id:36s} {verdict}  [{secs:.0f} s] — {m.what}", flush=True)
+    print(f"wall time {time.time() - start:.0f} s with --jobs {args.jobs}")
     print(f"mutants: {len(chosen)}, killed by the chapters: {killed}")
     return 0 if killed == len(chosen) else 1
 

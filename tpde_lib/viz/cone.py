@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Ellipse
 
-from ..clustering import to_3d, to_disk
+from ..psd_cone import to_3d, to_disk
 
 __all__ = ["as_paths", "path_colours", "draw_cone", "plot_cone_trajectories",
            "plot_disk_trajectories", "plot_ellipses", "plot_rank_histograms"]

@@ -30,7 +30,8 @@ import numpy as np
 
 from ._checks import as_float_array, as_positive
 from .attention import Softmax
-from .gaussian import simulate_gaussian_batch
+from .gaussian import simulate_gaussian, simulate_gaussian_batch
+from .measures import Gaussian
 
 # moved names, importable from here for one release
 from .official import (  # noqa: F401
@@ -55,7 +56,7 @@ __all__ = [
     "numerical_rank", "predicted_limit_rank", "lyapunov", "lyapunov_matrix",
     "CONVERGES", "BLOWS_UP", "GROWS", "OUTCOME_NAMES", "classify_outcome", "PhaseDiagram",
     "phase_diagram", "random_value_matrices", "pairs_with_sign_condition", "BlowupSurvey",
-    "blowup_survey", "Counterexamples", "sign_condition_counterexamples",
+    "blowup_survey", "ensemble_survey", "Counterexamples", "sign_condition_counterexamples",
     "blowup_time_lower_bound", "congruence", "r5_counterexample",
 ]
 
@@ -452,11 +453,16 @@ class BlowupSurvey:
         return self.status == "blowup"
 
 
-def blowup_survey(A, V, cov0, horizon=200.0, rtol=1e-8, atol=1e-10, max_growth=1e8):
+def blowup_survey(A, V, cov0, horizon=200.0, rtol=1e-8, atol=1e-10, max_growth=1e8,
+                  switch_growth=1e3, stiff_method="LSODA"):
     r"""Integrate :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top` for a batch.
 
     One call of :func:`tpde_lib.gaussian.simulate_gaussian_batch` (vectorised Dormand–Prince,
-    blow-up detection with its time) up to ``horizon``.
+    blow-up detection with its time) up to ``horizon``, with members stopped once their trace
+    exceeds ``switch_growth`` times its initial value without a Riccati signature; those few
+    (large covariances make the explicit method stiff: a small eigenvalue collapses while a
+    large one grows) are then integrated one by one with :func:`tpde_lib.gaussian.
+    simulate_gaussian` and the stiff method ``stiff_method``, with the same blow-up detection.
 
     Parameters
     ----------
@@ -466,9 +472,12 @@ def blowup_survey(A, V, cov0, horizon=200.0, rtol=1e-8, atol=1e-10, max_growth=1
     horizon : float
     rtol, atol : float
     max_growth : float
-        Growth cap of :func:`tpde_lib.gaussian.simulate_gaussian_batch` (a member whose trace
-        exceeds ``max_growth`` times its initial trace without a Riccati signature stops with
-        status ``"growth_limit"``).
+        Growth cap of the second pass (a member whose trace exceeds ``max_growth`` times its
+        initial trace without a Riccati signature ends with status ``"growth_limit"``).
+    switch_growth : float
+        Growth at which a member leaves the batch for the stiff solver.
+    stiff_method : str
+        Method of ``scipy.integrate.solve_ivp`` for the second pass.
 
     Returns
     -------
@@ -486,9 +495,46 @@ def blowup_survey(A, V, cov0, horizon=200.0, rtol=1e-8, atol=1e-10, max_growth=1
     horizon = as_positive("horizon", horizon)
     batch = simulate_gaussian_batch([Softmax(a, v) for a, v in zip(A, V)], cov0.copy(),
                                     np.array([0.0, horizon]), rtol=rtol, atol=atol,
-                                    max_growth=max_growth)
-    return BlowupSurvey(A, V, cov0.copy(), np.asarray(batch.blowup_time, float), batch.status,
-                        _sym_max(V @ A), _sym_max(A), horizon)
+                                    max_growth=min(switch_growth, max_growth))
+    tstar = np.asarray(batch.blowup_time, float).copy()
+    status = np.asarray(batch.status).astype(object)
+    d = A.shape[1]
+    for b in np.flatnonzero(status == "growth_limit"):  # a loop over a few members, not tokens
+        tr = simulate_gaussian(Softmax(A[b], V[b]), Gaussian(np.zeros(d), cov0[b]),
+                               [0.0, horizon], rtol=rtol, atol=atol, method=stiff_method,
+                               max_growth=max_growth)
+        tstar[b] = np.inf if tr.blowup_time is None else tr.blowup_time
+        status[b] = tr.status
+    return BlowupSurvey(A, V, cov0.copy(), tstar, status.astype(str), _sym_max(V @ A),
+                        _sym_max(A), horizon)
+
+
+def ensemble_survey(V_kind, start="identity", n=200, d=2, seed=0, horizon=50.0):
+    r"""Fates of ``n`` random pairs :math:`(A, V)` of one ensemble, from one kind of start.
+
+    With ``np.random.default_rng(seed)``: :math:`V` from :func:`random_value_matrices`
+    (``V_kind``), :math:`A` standard normal scaled to :math:`\|A\|_2 = 1`, and
+    :math:`\Sigma_0 = I` (``start="identity"``) or :math:`\Sigma_0 = GG^\top/d + 0.1I` scaled to
+    trace :math:`d` (``start="random"``, ``G`` standard normal). Integrated up to ``horizon``
+    with :func:`blowup_survey` (rtol 1e-6).
+
+    Returns
+    -------
+    BlowupSurvey
+    """
+    if start not in ("identity", "random"):
+        raise ValueError(f"start must be 'identity' or 'random', got {start!r}")
+    rng = np.random.default_rng(seed)
+    V = random_value_matrices(rng, n, d, V_kind)
+    A = rng.standard_normal((n, d, d))
+    A /= _spectral(A)[:, None, None]
+    if start == "identity":
+        cov0 = np.eye(d)
+    else:
+        G = rng.standard_normal((n, d, d))
+        cov0 = G @ np.swapaxes(G, -1, -2) / d + 0.1 * np.eye(d)
+        cov0 *= d / np.trace(cov0, axis1=1, axis2=2)[:, None, None]
+    return blowup_survey(A, V, cov0, horizon, rtol=1e-6, atol=1e-9)
 
 
 @dataclass(frozen=True)

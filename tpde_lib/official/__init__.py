@@ -26,10 +26,12 @@ from ._histograms import (
     EulerBudgetRun,
     HistogramRun,
     HistogramSetting,
+    PairedRanks,
     histogram_accurate,
     histogram_euler_budget,
     histogram_inits,
     histogram_setting,
+    paired_ranks,
     paper_histogram_ranks,
 )
 from ._projected_euler import ProjectedEulerResult, projected_euler
@@ -43,7 +45,7 @@ __all__ = [
     "PaperExperiment", "paper_experiment",
     "HistogramSetting", "histogram_setting", "histogram_inits", "HistogramRun",
     "paper_histogram_ranks", "EulerBudgetRun", "histogram_euler_budget", "AccurateLimits",
-    "histogram_accurate",
+    "histogram_accurate", "PairedRanks", "paired_ranks",
     "HISTOGRAM_CACHE", "PANELS", "CachedPanel", "CacheCheck", "load_histogram_cache",
     "write_histogram_cache", "check_cached_histogram",
 ]

@@ -20,7 +20,7 @@ from ..gaussian import covariance_rhs
 from ._histograms import histogram_inits, histogram_setting, paper_histogram_ranks
 from ._runs import run_paper_euler
 
-__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache",
+__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache", "panel_record",
            "write_histogram_cache", "CacheCheck", "check_cached_histogram"]
 
 #: Where the cached protocol results live.
@@ -98,25 +98,37 @@ class CachedPanel:
         return int(np.sum(self.failed_status == "diverged"))
 
 
-def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, log=print):
-    """Run the full protocol on ``panels`` and write the JSON cache (minutes)."""
-    out = {}
-    for variant, V_kind, d in panels:
-        s = histogram_setting(variant, V_kind, d)
-        r = paper_histogram_ranks(s, lookahead=2)
-        out[_key(variant, V_kind, d)] = {
-            "settings": _settings_record(s),
+def panel_record(setting, run):
+    """The JSON record of one panel: its settings and the :class:`HistogramRun` fields."""
+    r = run
+    return {"settings": _settings_record(setting),
             "draw_init": r.draw_init.tolist(), "euler_rank": r.euler_rank.tolist(),
             "counted": r.counted.tolist(), "n_steps": r.n_steps.tolist(),
             "eigenvalues": np.linalg.eigvalsh(r.finals).tolist(),
             "failed_draw": r.failed_draw.tolist(), "failed_init": r.failed_init.tolist(),
             "failed_steps": r.failed_steps.tolist(), "failed_status": r.failed_status.tolist(),
             "attempts": r.attempts, "rank_margin": r.rank_margin}
+
+
+def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=print):
+    """Run the full protocol on ``panels`` (minutes) and write the JSON cache.
+
+    ``runs`` (optional) maps ``(variant, V_kind, d)`` to :class:`HistogramRun` results already
+    computed with :func:`paper_histogram_ranks`; the other panels are computed here.
+    """
+    runs = {} if runs is None else dict(runs)
+    out = {}
+    for variant, V_kind, d in panels:
+        s = histogram_setting(variant, V_kind, d)
+        r = runs.get((variant, V_kind, d))
+        if r is None:
+            r = paper_histogram_ranks(s, lookahead=2)
+        out[_key(variant, V_kind, d)] = panel_record(s, r)
         if log is not None:
             log(f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "
                 f"{r.failures} failures, {r.exceptions} exceptions")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out, indent=0) + "\n")
+    Path(path).write_text(json.dumps(out) + "\n")
 
 
 def load_histogram_cache(path=HISTOGRAM_CACHE):

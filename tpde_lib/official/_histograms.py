@@ -17,7 +17,7 @@ from ._variants import paper_attention, paper_parameters
 
 __all__ = ["HistogramSetting", "histogram_setting", "histogram_inits", "HistogramRun",
            "paper_histogram_ranks", "EulerBudgetRun", "histogram_euler_budget",
-           "AccurateLimits", "histogram_accurate"]
+           "AccurateLimits", "histogram_accurate", "PairedRanks", "paired_ranks"]
 
 
 @dataclass(frozen=True)
@@ -397,3 +397,61 @@ def histogram_accurate(setting, horizon=1e3, n_draws=None, init_index=None, rtol
     cov = batch.cov[:, -1]
     return AccurateLimits(cov, np.asarray(batch.blowup_time),
                           np.sum(np.linalg.eigvalsh(cov) > s.tol_rank, axis=-1))
+
+
+@dataclass(frozen=True)
+class PairedRanks:
+    r"""Per-draw comparison of the authors' Euler limit with an accurate limit (same draw, same
+    initial condition), from :func:`paired_ranks`.
+
+    Attributes
+    ----------
+    exact_rank : ndarray of int, shape (m,)
+        Rank of the accurate limit (eigenvalues above ``1e-8`` times its largest).
+    threshold_rank : ndarray of int, shape (m,)
+        Eigenvalues of the accurate limit above ``tol_rank`` (the authors' count, on the exact
+        limit).
+    euler_rank : ndarray of int, shape (m,)
+        Eigenvalues of the authors' converged Euler iterate above ``tol_rank``.
+    reason : ndarray of str, shape (m,)
+        Why ``euler_rank`` differs from ``threshold_rank``: ``"same"``; ``"clipped"`` (the Euler
+        iterate has more eigenvalues below ``1e-10`` than the accurate limit has zero
+        eigenvalues: the projection's ``1e-14`` floor removed a direction); ``"drift"`` (no
+        clipping: the large-step Euler iteration converged to another equilibrium, every
+        :math:`\Sigma` with :math:`(A + A^\top)\Sigma = 0` being a fixed point of both).
+    top_ratio : ndarray, shape (m,)
+        Largest eigenvalue of the Euler limit over that of the accurate limit.
+    """
+
+    exact_rank: np.ndarray
+    threshold_rank: np.ndarray
+    euler_rank: np.ndarray
+    reason: np.ndarray
+    top_ratio: np.ndarray
+
+
+def paired_ranks(euler_eigenvalues, limits, tol_rank=0.1):
+    r"""Compare, draw by draw, the authors' Euler limits with accurate limits.
+
+    Parameters
+    ----------
+    euler_eigenvalues : array_like, shape (m, d)
+        Eigenvalues of the converged Euler iterates (e.g. ``CachedPanel.eigenvalues``).
+    limits : array_like, shape (m, d, d)
+        Accurate limits of the same draws from the same initial conditions.
+    tol_rank : float
+
+    Returns
+    -------
+    PairedRanks
+    """
+    lam_e = np.asarray(euler_eigenvalues, dtype=float)
+    lam_x = np.linalg.eigvalsh(np.asarray(limits, dtype=float))
+    if lam_e.shape != lam_x.shape:
+        raise ValueError(f"euler_eigenvalues has shape {lam_e.shape}, limits give {lam_x.shape}")
+    exact = np.sum(lam_x > 1e-8 * np.maximum(1.0, lam_x[:, -1:]), axis=1)
+    thr = np.sum(lam_x > tol_rank, axis=1)
+    eul = np.sum(lam_e > tol_rank, axis=1)
+    clipped = np.sum(lam_e < 1e-10, axis=1) > lam_x.shape[1] - exact
+    reason = np.where(eul == thr, "same", np.where(clipped, "clipped", "drift"))
+    return PairedRanks(exact, thr, eul, reason, lam_e[:, -1] / lam_x[:, -1])

@@ -236,10 +236,11 @@ def paper_histogram_ranks(setting, runner=None, max_iter=None, n_attempts=None, 
 
     We reproduce this sequence exactly, computing the runs in batches: draw ``i`` is run from
     initial condition ``i + s`` where ``s`` is the number of failures before it, so one batch
-    runs every pending pair ``(i, i + s)`` for the current ``s`` and the ``lookahead - 1`` next
-    shifts; the sequential walk then reads the outcomes and only asks for a new batch when a
-    shift beyond them is needed. Every run is a run of the authors' scheme from the pair's
-    initial condition, so the result does not depend on ``lookahead``.
+    runs the pending draws ``j > i`` at the current shift ``s`` and the ``lookahead - 1`` next
+    ones, and the current draw on the next ``burst`` initial conditions (``burst`` grows by a
+    factor 4 while the same draw keeps failing). The sequential walk then reads the outcomes and
+    asks for a new batch only when a pair is missing. Every run is a run of the authors' scheme
+    from the pair's initial condition, so the result does not depend on the batching.
 
     Parameters
     ----------
@@ -275,9 +276,11 @@ def paper_histogram_ranks(setting, runner=None, max_iter=None, n_attempts=None, 
     table = {}  # (draw, init) -> (status, n_steps, last)
     batches = 0
 
-    def compute(i0, shift):
-        pairs = [(j, j + sh) for sh in range(shift, shift + lookahead) for j in range(i0, n)
-                 if j + sh < n_max and (j, j + sh) not in table]
+    def compute(i0, k0, burst):
+        shift = k0 - i0
+        pairs = [(i0, k0 + m) for m in range(burst)]
+        pairs += [(j, j + sh) for sh in range(shift, shift + lookahead) for j in range(i0 + 1, n)]
+        pairs = [p for p in pairs if p[1] < n_max and p not in table]
         draws = np.array([p[0] for p in pairs])
         res = runner(lambda idx: covariance_rhs([atts[b] for b in draws[idx]]),
                      inits[[p[1] for p in pairs]], s.euler, it)
@@ -287,9 +290,13 @@ def paper_histogram_ranks(setting, runner=None, max_iter=None, n_attempts=None, 
     i = k = 0
     ok_init, ok_steps, finals = [], [], []
     f_draw, f_init, f_steps, f_status = [], [], [], []
+    last_i, burst = -1, lookahead
     while i < n and k < n_max:
         if (i, k) not in table:
-            compute(i, k - i)
+            # a draw that keeps failing is retried on many initial conditions at once
+            burst = min(4 * burst, 4096) if i == last_i else lookahead
+            last_i = i
+            compute(i, k, burst)
             batches += 1
         status, steps, last = table[(i, k)]
         if status == "converged":

@@ -281,3 +281,29 @@ def test_spd_counterexamples_blow_up_and_violate_the_true_condition():
     tr = tp.simulate_gaussian(tp.Softmax(A, V), tp.Gaussian(np.zeros(2), np.eye(2)),
                               [0.0, 2 * t_star], method="Radau", rtol=1e-10, atol=1e-12)
     assert tr.status == "blowup" and abs(tr.blowup_time / t_star - 1) < 1e-4
+
+
+def test_ensemble_survey_with_identity_V_matches_the_closed_form():
+    # V = I: blow-up before the horizon iff the closed-form t* is below it, at that time
+    from tpde_lib.gaussian import softmax_blowup_time
+
+    for start in ("identity", "random"):
+        sv = cl.ensemble_survey("identity", start, n=30, seed=1, horizon=20.0)
+        t_cf = softmax_blowup_time(sv.cov0, sv.A)
+        np.testing.assert_array_equal(sv.blows_up, t_cf < 20.0)
+        assert np.abs(sv.blowup_time[sv.blows_up] / t_cf[sv.blows_up] - 1).max() < 1e-4
+        np.testing.assert_allclose(np.trace(sv.cov0, axis1=1, axis2=2), 2.0, rtol=1e-12)
+
+
+def test_stiff_members_are_finished_by_the_stiff_solver():
+    # a pair whose covariance grows large without blowing up (found in the SPD ensemble): the
+    # batch hands it to LSODA; the fate must agree with a direct Radau run
+    rng = np.random.default_rng(5)
+    V = cl.random_value_matrices(rng, 40, 2, "spd")
+    A = rng.standard_normal((40, 2, 2))
+    A /= np.linalg.norm(A, 2, axis=(1, 2))[:, None, None]
+    sv = cl.blowup_survey(A, V, np.eye(2), horizon=50.0, rtol=1e-6, atol=1e-9)
+    for b in range(0, 40, 7):
+        tr = tp.simulate_gaussian(tp.Softmax(A[b], V[b]), tp.Gaussian(np.zeros(2), np.eye(2)),
+                                  [0.0, 50.0], method="Radau", rtol=1e-8, atol=1e-10)
+        assert (tr.status == "blowup") == sv.blows_up[b]

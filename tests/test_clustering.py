@@ -307,3 +307,22 @@ def test_stiff_members_are_finished_by_the_stiff_solver():
         tr = tp.simulate_gaussian(tp.Softmax(A[b], V[b]), tp.Gaussian(np.zeros(2), np.eye(2)),
                                   [0.0, 50.0], method="Radau", rtol=1e-8, atol=1e-10)
         assert (tr.status == "blowup") == sv.blows_up[b]
+
+
+def test_spd_V_with_positive_definite_symmetric_part_blows_up_before_the_lyapunov_bound():
+    # derived: L = tr(V^-1 S) satisfies L' >= c L^2, c = lambda_min(A + A^T) lambda_min(V)^2 / d,
+    # so t* <= 1 / (c L0); every draw must blow up, before that time
+    rng = np.random.default_rng(14)
+    n, d = 40, 2
+    V = cl.random_value_matrices(rng, n, d, "spd")
+    G = rng.standard_normal((n, d, d))
+    W = rng.standard_normal((n, d, d))
+    A = G @ np.swapaxes(G, 1, 2) / d + 0.1 * np.eye(d) + (W - np.swapaxes(W, 1, 2))
+    S0 = cl.random_value_matrices(rng, n, d, "spd")
+    c = (np.linalg.eigvalsh(A + np.swapaxes(A, 1, 2))[:, 0]
+         * np.linalg.eigvalsh(V)[:, 0] ** 2 / d)
+    t_max = 1.0 / (c * cl.lyapunov(S0, V))
+    sv = cl.blowup_survey(A, V, S0, horizon=float(1.5 * t_max.max()))
+    assert sv.blows_up.all()
+    assert np.all(sv.blowup_time <= t_max * (1 + 1e-6))
+    assert np.all(sv.blowup_time >= cl.blowup_time_lower_bound(A, V, S0) * (1 - 1e-6))

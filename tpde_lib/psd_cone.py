@@ -3,7 +3,8 @@ r"""Geometry of 2×2 covariances: the PSD cone as a round cone in 3-D, and its t
 A 2×2 covariance :math:`\Sigma = \begin{pmatrix} a & c\\ c & b\end{pmatrix}` is drawn at
 :math:`(a-b,\ 2c,\ a+b)` (the coordinates of the authors' figures, section "Pictures of 2×2
 covariances" of the chapter "Clustering versus blow-up"). The PSD cone becomes the round cone
-:math:`z \ge \sqrt{x^2+y^2}`: its boundary holds the rank-≤1 matrices, its apex is :math:`0`;
+:math:`z \ge \sqrt{x^2+y^2}`: its boundary holds the rank-≤1 matrices, its apex is :math:`0`
+(the eigenvalues are :math:`(z \pm \sqrt{x^2+y^2})/2`, appendix "Derivations", :eq:`eq-cone`);
 dividing by the trace flattens it onto the unit disk. The plots are in :mod:`tpde_lib.viz.cone`.
 """
 

@@ -3,8 +3,8 @@ r"""The authors' full histogram protocol, computed once and committed, with a ch
 The full protocol (:func:`~tpde_lib.official.paper_histogram_ranks` on the twelve panels: up to
 90000 Euler steps per run, retries) takes minutes, too long for a page that runs twice in CI.
 Its result is stored in ``data/histograms.json`` (written by :func:`write_histogram_cache`, run
-by ``python -m tpde_lib.official._cache``); :func:`check_cached_histogram` re-runs chosen
-entries with the code and compares. The settings of each panel are stored with it and compared
+by ``python -m tpde_lib.official._cache``, which computes the panels missing from the file);
+:func:`check_cached_histogram` re-runs chosen entries with the code and compares. The settings of each panel are stored with it and compared
 on loading, so a change of the code's settings cannot be read against a stale cache.
 """
 
@@ -111,24 +111,29 @@ def panel_record(setting, run):
 
 
 def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=print):
-    """Run the full protocol on ``panels`` (minutes) and write the JSON cache.
+    """Run the full protocol on the ``panels`` missing from the cache (minutes) and write it.
 
+    Panels already stored in ``path`` with the code's current settings are kept as they are;
     ``runs`` (optional) maps ``(variant, V_kind, d)`` to :class:`HistogramRun` results already
     computed with :func:`paper_histogram_ranks`; the other panels are computed here.
     """
     runs = {} if runs is None else dict(runs)
-    out = {}
+    path = Path(path)
+    out = json.loads(path.read_text()) if path.exists() else {}
     for variant, V_kind, d in panels:
         s = histogram_setting(variant, V_kind, d)
+        key = _key(variant, V_kind, d)
+        if key in out and out[key]["settings"] == _settings_record(s):
+            continue
         r = runs.get((variant, V_kind, d))
         if r is None:
             r = paper_histogram_ranks(s, lookahead=2)
-        out[_key(variant, V_kind, d)] = panel_record(s, r)
+        out[key] = panel_record(s, r)
         if log is not None:
             log(f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "
                 f"{r.failures} failures, {r.exceptions} exceptions")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out) + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out) + "\n")   # after each panel: minutes of work each
 
 
 def load_histogram_cache(path=HISTOGRAM_CACHE):

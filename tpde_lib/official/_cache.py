@@ -4,8 +4,9 @@ The full protocol (:func:`~tpde_lib.official.paper_histogram_ranks` on the twelv
 90000 Euler steps per run, retries) takes minutes, too long for a page that runs twice in CI.
 Its result is stored in ``data/histograms.json`` (written by :func:`write_histogram_cache`, run
 by ``python -m tpde_lib.official._cache``, which computes the panels missing from the file);
-:func:`check_cached_histogram` re-runs chosen entries with the code and compares. The settings of each panel are stored with it and compared
-on loading, so a change of the code's settings cannot be read against a stale cache.
+:func:`check_cached_histogram` re-runs chosen entries with the code and compares. The settings
+of each panel are stored with it and compared on loading, so a change of the code's settings
+cannot be read against a stale cache.
 """
 
 from __future__ import annotations

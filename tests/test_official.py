@@ -10,7 +10,6 @@ from tpde_lib import official as of
 from tpde_lib import psd_cone as pc
 from tpde_lib.clustering import predicted_limit_rank
 
-cl = of  # the tests below were written against the old module name
 
 
 def test_bad_inputs_raise_naming_the_argument():
@@ -44,37 +43,37 @@ def test_panel_titles_use_the_books_words():
 # ---------------------------------------------------------------- the authors' settings
 
 def test_legacy_draws_satisfy_their_defining_properties():
-    e1 = cl.paper_experiment("E1")
+    e1 = of.paper_experiment("E1")
     A1 = e1.parameters("softmax")["A"]
     assert np.linalg.eigvalsh(A1 + A1.T).max() < 0          # K = -Q: A negative definite
     assert np.linalg.eigvalsh(e1.V).min() > 0 and np.allclose(e1.V, e1.V.T)  # V = B B^T
     assert np.all((e1.Q >= 0) & (e1.Q < 1))                  # rand: uniform on [0, 1)
-    e2 = cl.paper_experiment("E2")
+    e2 = of.paper_experiment("E2")
     assert np.isclose(np.linalg.norm(e2.Q), 1) and np.allclose(e2.K, -e2.Q)
     assert np.array_equal(e2.V, np.eye(2))
     for name, want in (("E4", "indefinite"), ("E6", "indefinite"), ("E5", "definite")):
-        e = cl.paper_experiment(name)
+        e = of.paper_experiment(name)
         A = e.K.T @ e.Q
         lam = np.linalg.eigvalsh(A + A.T)
         if want == "indefinite":
             assert lam[0] < 0 < lam[1]
         else:
             assert lam[0] > 0
-    e4, e6 = cl.paper_experiment("E4"), cl.paper_experiment("E6")
+    e4, e6 = of.paper_experiment("E4"), of.paper_experiment("E6")
     assert np.array_equal(e4.Q, e6.Q) and not np.allclose(e4.V, e6.V)  # same seed 36 loop
 
 
 def test_paper_experiment_leaves_the_global_generator_untouched():
     np.random.seed(123)  # noqa: NPY002 (checking the legacy global state on purpose)
     before = np.random.get_state()[1].copy()  # noqa: NPY002
-    cl.paper_experiment("E4")
-    cl.histogram_setting("softmax", "random", 3, n_per_dim=2)
-    cl.histogram_inits(3, 2)
+    of.paper_experiment("E4")
+    of.histogram_setting("softmax", "random", 3, n_per_dim=2)
+    of.histogram_inits(3, 2)
     assert np.array_equal(np.random.get_state()[1], before)  # noqa: NPY002
 
 
 def test_rank_one_direction_is_the_projector_onto_q_perp():
-    e2 = cl.paper_experiment("E2")
+    e2 = of.paper_experiment("E2")
     q = e2.Q[0]
     P = np.eye(2) - np.outer(q, q)  # independent: I - q q^T for unit q
     X = pc.to_3d(P)
@@ -85,7 +84,7 @@ def test_paper_rhs_matches_the_official_formulas():
     rng = np.random.default_rng(4)
     G = rng.standard_normal((5, 2, 2))
     S = G @ G.transpose(0, 2, 1)
-    e = cl.paper_experiment("E6")
+    e = of.paper_experiment("E6")
     Q, K, V, d = e.Q, e.K, e.V, 2
     A = K.T @ Q / np.sqrt(d)
     # softmax: V S A S + (.)^T written out directly
@@ -102,44 +101,44 @@ def test_paper_rhs_matches_the_official_formulas():
 
 
 def test_multihead_split_follows_the_code():
-    e1 = cl.paper_experiment("E1")
+    e1 = of.paper_experiment("E1")
     p = e1.parameters("multihead")  # H = 2, k = 1
     for h in range(2):
         np.testing.assert_allclose(p["As"][h], np.outer(e1.K[h], e1.Q[h]))
         C = np.zeros((2, 2))
         C[h] = e1.V[h]
         np.testing.assert_allclose(p["Vs"][h], C)
-    p3 = cl.paper_experiment("E3").parameters("multihead")
+    p3 = of.paper_experiment("E3").parameters("multihead")
     assert np.all(p3["As"][1] == 0)  # head 2 gets empty slices of the one-row Q
-    e3 = cl.paper_experiment("E3")
+    e3 = of.paper_experiment("E3")
     # Sinkhorn: no 1/sqrt(d); softmax: 1/sqrt(d) with the full d = 2 although Q has one row
-    np.testing.assert_allclose(cl.paper_parameters(e3.Q, e3.K, e3.V, "sinkhorn")["A"],
+    np.testing.assert_allclose(of.paper_parameters(e3.Q, e3.K, e3.V, "sinkhorn")["A"],
                                e3.K.T @ e3.Q)
-    np.testing.assert_allclose(cl.paper_parameters(e3.Q, e3.K, e3.V, "softmax")["A"],
+    np.testing.assert_allclose(of.paper_parameters(e3.Q, e3.K, e3.V, "softmax")["A"],
                                e3.K.T @ e3.Q / np.sqrt(2))
 
 
 def test_histogram_settings_have_the_predicted_structure():
     for d in (3, 4, 5):
-        s = cl.histogram_setting("softmax", "random", d)
+        s = of.histogram_setting("softmax", "random", d)
         assert s.Q.shape == (100, d // 2, d) and np.array_equal(s.K, -s.Q)
         assert np.all(np.linalg.eigvalsh(s.V)[:, 0] > 0)
         A = s.parameters()["A"]
         # A + A^T = -2 Q^T Q / sqrt(d) has rank d // 2: the limit rank for V = I is ceil(d/2)
         assert np.all(predicted_limit_rank(A) == (d + 1) // 2)
     # the same seed-40 Q draws for both variants and both V rows
-    assert np.array_equal(cl.histogram_setting("L2", "identity", 4).Q,
-                          cl.histogram_setting("softmax", "random", 4).Q)
-    assert not np.allclose(cl.histogram_setting("L2", "random", 4).V,
-                           cl.histogram_setting("softmax", "random", 4).V)
+    assert np.array_equal(of.histogram_setting("L2", "identity", 4).Q,
+                          of.histogram_setting("softmax", "random", 4).Q)
+    assert not np.allclose(of.histogram_setting("L2", "random", 4).V,
+                           of.histogram_setting("softmax", "random", 4).V)
 
 
 def test_histogram_rounds_reproduce_the_sequential_protocol():
     # a fake Euler whose convergence depends on the (draw, init) pair; the reference is the
     # official sequential loop written out with plain Python control flow
-    setting = cl.histogram_setting("softmax", "identity", 3, n_per_dim=30)
-    setting = cl.HistogramSetting(**{**setting.__dict__, "n_max": 45})
-    inits = cl.histogram_inits(3, 45)
+    setting = of.histogram_setting("softmax", "identity", 3, n_per_dim=30)
+    setting = of.HistogramSetting(**{**setting.__dict__, "n_max": 45})
+    inits = of.histogram_inits(3, 45)
     A = setting.parameters()["A"]
 
     def converges(A_i, S0):
@@ -163,7 +162,7 @@ def test_histogram_rounds_reproduce_the_sequential_protocol():
         if i == 30:
             break
     for lookahead in (1, 3):  # the batching must not change the result
-        got = cl.paper_histogram_ranks(setting, runner=fake_runner, lookahead=lookahead)
+        got = of.paper_histogram_ranks(setting, runner=fake_runner, lookahead=lookahead)
         assert got.ranks.tolist() == ranks
         assert got.processed == i
         assert got.attempts == k + 1
@@ -171,12 +170,12 @@ def test_histogram_rounds_reproduce_the_sequential_protocol():
 
 
 def test_chunked_euler_equals_one_uninterrupted_run():
-    e = cl.paper_experiment("E6")  # some members converge, some blow up
-    st = cl.EulerSettings(0.02, 1e-3, tol_high=20.0, max_iter=3000)
+    e = of.paper_experiment("E6")  # some members converge, some blow up
+    st = of.EulerSettings(0.02, 1e-3, tol_high=20.0, max_iter=3000)
     inits = e.inits(7, 7)
     ref = of.projected_euler(e.rhs("softmax"), inits, st.h, tol_low=st.tol_low,
                           tol_high=st.tol_high, max_iter=st.max_iter)
-    got = cl.run_paper_euler(lambda idx: e.rhs("softmax"), inits, st, chunk=37)
+    got = of.run_paper_euler(lambda idx: e.rhs("softmax"), inits, st, chunk=37)
     assert set(ref.status) >= {"converged", "diverged"}
     np.testing.assert_array_equal(got.status, ref.status)
     np.testing.assert_array_equal(got.n_steps, ref.n_steps)

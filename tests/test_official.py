@@ -11,7 +11,6 @@ from tpde_lib import psd_cone as pc
 from tpde_lib.clustering import predicted_limit_rank
 
 
-
 def test_bad_inputs_raise_naming_the_argument():
     with pytest.raises(ValueError, match="variant"):
         of.paper_parameters(np.eye(2), np.eye(2), np.eye(2), "cosine")

@@ -1,13 +1,13 @@
-"""Tests of tpde_lib.clustering: experiment settings, cone geometry, ranks, outcomes."""
-
-from types import SimpleNamespace
+"""Tests of tpde_lib.clustering (ranks, Lyapunov functions, outcomes, general V) and psd_cone."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tpde_lib as tp
 from tpde_lib import clustering as cl
+from tpde_lib import psd_cone as pc
 
 finite = st.floats(-10, 10, allow_nan=False)
 
@@ -18,9 +18,9 @@ finite = st.floats(-10, 10, allow_nan=False)
 @settings(max_examples=50, deadline=None)
 def test_from_3d_inverts_to_3d(x):
     X = np.array(x)
-    np.testing.assert_allclose(cl.to_3d(cl.from_3d(X)), X, atol=1e-12)
-    S = cl.from_3d(X)
-    np.testing.assert_allclose(cl.from_3d(cl.to_3d(S)), S, atol=1e-12)
+    np.testing.assert_allclose(pc.to_3d(pc.from_3d(X)), X, atol=1e-12)
+    S = pc.from_3d(X)
+    np.testing.assert_allclose(pc.from_3d(pc.to_3d(S)), S, atol=1e-12)
 
 
 @given(st.floats(0.01, 5), st.floats(0, 2 * np.pi))
@@ -28,9 +28,9 @@ def test_from_3d_inverts_to_3d(x):
 def test_rank_one_matrices_lie_on_the_cone_boundary(r, angle):
     # rank one: S = r p p^T; boundary z = sqrt(x^2 + y^2), and the disk image is on the unit circle
     p = np.array([np.cos(angle), np.sin(angle)])
-    X = cl.to_3d(r * np.outer(p, p))
+    X = pc.to_3d(r * np.outer(p, p))
     assert abs(X[2] - np.hypot(X[0], X[1])) < 1e-12 * max(1, r)
-    assert abs(np.linalg.norm(cl.to_disk(r * np.outer(p, p))) - 1) < 1e-12
+    assert abs(np.linalg.norm(pc.to_disk(r * np.outer(p, p))) - 1) < 1e-12
 
 
 def test_cone_coordinates_give_the_eigenvalues():
@@ -38,7 +38,7 @@ def test_cone_coordinates_give_the_eigenvalues():
     rng = np.random.default_rng(0)
     G = rng.standard_normal((50, 2, 2))
     S = G @ G.transpose(0, 2, 1)
-    X = cl.to_3d(S)
+    X = pc.to_3d(S)
     rad = np.hypot(X[:, 0], X[:, 1])
     lam = np.linalg.eigvalsh(S)
     np.testing.assert_allclose(lam[:, 0], (X[:, 2] - rad) / 2, atol=1e-12)
@@ -46,29 +46,37 @@ def test_cone_coordinates_give_the_eigenvalues():
 
 
 def test_init_grid_is_the_trace_one_grid_strictly_inside_the_disk():
-    grid = cl.init_grid(12, 12, (-1, 1, -1, 1))
+    grid = pc.init_grid(12, 12, (-1, 1, -1, 1))
     # independent count with a plain double loop in the official order (u slow, w fast)
     expected = [(u, w) for u in np.linspace(-1, 1, 12) for w in np.linspace(-1, 1, 12)
                 if 1 - u**2 > w**2]
     assert grid.shape == (len(expected), 2, 2)
-    X = cl.to_3d(grid)
+    X = pc.to_3d(grid)
     np.testing.assert_allclose(X[:, :2], np.array(expected), atol=1e-14)
     np.testing.assert_allclose(np.trace(grid, axis1=1, axis2=2), 1.0, atol=1e-14)
     assert np.linalg.eigvalsh(grid)[:, 0].min() > 0
-    assert cl.init_grid(10, 10).shape == (100, 2, 2)  # default [-0.5,0.5]^2: all inside
+    assert pc.init_grid(10, 10).shape == (100, 2, 2)  # default [-0.5,0.5]^2: all inside
 
 
 def test_bad_inputs_raise_naming_the_argument():
     with pytest.raises(ValueError, match="n_u"):
-        cl.init_grid(0, 3)
+        pc.init_grid(0, 3)
     with pytest.raises(ValueError, match="S must"):
-        cl.to_3d(np.eye(3))
-    with pytest.raises(ValueError, match="variant"):
-        cl.paper_parameters(np.eye(2), np.eye(2), np.eye(2), "cosine")
+        pc.to_3d(np.eye(3))
     with pytest.raises(ValueError, match="A \\+ A\\^T"):
         cl.predicted_limit_rank(np.eye(2))
-    with pytest.raises(ValueError, match="name"):
-        cl.paper_experiment("E7")
+    with pytest.raises(ValueError, match="kind"):
+        cl.random_value_matrices(np.random.default_rng(0), 2, 2, "orthogonal")
+    with pytest.raises(ValueError, match="real positive"):
+        cl.lyapunov_matrix(-np.eye(2))
+
+
+def test_old_import_paths_still_work_for_one_release():
+    from tpde_lib import official
+    assert cl.histogram_setting is official.histogram_setting
+    assert cl.paper_histogram_ranks is official.paper_histogram_ranks
+    assert cl.histogram_inits is official.histogram_inits
+    assert cl.to_3d is pc.to_3d and cl.init_grid is pc.init_grid
 
 
 # ---------------------------------------------------------------- ranks
@@ -101,7 +109,7 @@ def test_predicted_limit_rank_matches_the_closed_form_limit():
 
 
 def test_lyapunov_is_nonincreasing_along_rk4_for_spd_V():
-    # R4: d/dt tr(V^{-1} Sigma) = tr(Sigma (A + A^T) Sigma) <= 0; RK4 with h = 1e-3 (error ~1e-12)
+    # d/dt tr(V^{-1} Sigma) = tr(Sigma (A + A^T) Sigma) <= 0; RK4 with h = 1e-3 (error ~1e-12)
     rng = np.random.default_rng(3)
     d = 3
     Q = rng.standard_normal((2, d))
@@ -128,151 +136,9 @@ def test_lyapunov_is_nonincreasing_along_rk4_for_spd_V():
     assert L[-1] < L[0]
 
 
-# ---------------------------------------------------------------- the authors' settings
-
-def test_legacy_draws_satisfy_their_defining_properties():
-    e1 = cl.paper_experiment("E1")
-    A1 = e1.parameters("softmax")["A"]
-    assert np.linalg.eigvalsh(A1 + A1.T).max() < 0          # K = -Q: A negative definite
-    assert np.linalg.eigvalsh(e1.V).min() > 0 and np.allclose(e1.V, e1.V.T)  # V = B B^T
-    assert np.all((e1.Q >= 0) & (e1.Q < 1))                  # rand: uniform on [0, 1)
-    e2 = cl.paper_experiment("E2")
-    assert np.isclose(np.linalg.norm(e2.Q), 1) and np.allclose(e2.K, -e2.Q)
-    assert np.array_equal(e2.V, np.eye(2))
-    for name, want in (("E4", "indefinite"), ("E6", "indefinite"), ("E5", "definite")):
-        e = cl.paper_experiment(name)
-        A = e.K.T @ e.Q
-        lam = np.linalg.eigvalsh(A + A.T)
-        if want == "indefinite":
-            assert lam[0] < 0 < lam[1]
-        else:
-            assert lam[0] > 0
-    e4, e6 = cl.paper_experiment("E4"), cl.paper_experiment("E6")
-    assert np.array_equal(e4.Q, e6.Q) and not np.allclose(e4.V, e6.V)  # same seed 36 loop
-
-
-def test_paper_experiment_leaves_the_global_generator_untouched():
-    np.random.seed(123)  # noqa: NPY002 (checking the legacy global state on purpose)
-    before = np.random.get_state()[1].copy()  # noqa: NPY002
-    cl.paper_experiment("E4")
-    cl.histogram_setting("softmax", "random", 3, n_per_dim=2)
-    cl.histogram_inits(3, 2)
-    assert np.array_equal(np.random.get_state()[1], before)  # noqa: NPY002
-
-
-def test_rank_one_direction_is_the_projector_onto_q_perp():
-    e2 = cl.paper_experiment("E2")
-    q = e2.Q[0]
-    P = np.eye(2) - np.outer(q, q)  # independent: I - q q^T for unit q
-    X = cl.to_3d(P)
-    np.testing.assert_allclose(e2.extra["rank_one_direction"], X / np.linalg.norm(X), atol=1e-12)
-
-
-def test_paper_rhs_matches_the_official_formulas():
-    rng = np.random.default_rng(4)
-    G = rng.standard_normal((5, 2, 2))
-    S = G @ G.transpose(0, 2, 1)
-    e = cl.paper_experiment("E6")
-    Q, K, V, d = e.Q, e.K, e.V, 2
-    A = K.T @ Q / np.sqrt(d)
-    # softmax: V S A S + (.)^T written out directly
-    want = np.array([V @ s @ A @ s + (V @ s @ A @ s).T for s in S])
-    np.testing.assert_allclose(e.rhs("softmax")(S), want, atol=1e-12)
-    # L2, code form: 2 V S (I + 2 K^T K S)^{-1} A S + (.)^T
-    want = []
-    for s in S:
-        X = 2 * V @ s @ np.linalg.inv(np.eye(d) + 2 * K.T @ K @ s) @ A @ s
-        want.append(X + X.T)
-    np.testing.assert_allclose(e.rhs("L2")(S), np.array(want), atol=1e-10)
-    # multi-head with H = 1 is softmax
-    np.testing.assert_allclose(e.rhs("multihead")(S), e.rhs("softmax")(S), atol=1e-12)
-
-
-def test_multihead_split_follows_the_code():
-    e1 = cl.paper_experiment("E1")
-    p = e1.parameters("multihead")  # H = 2, k = 1
-    for h in range(2):
-        np.testing.assert_allclose(p["As"][h], np.outer(e1.K[h], e1.Q[h]))
-        C = np.zeros((2, 2))
-        C[h] = e1.V[h]
-        np.testing.assert_allclose(p["Vs"][h], C)
-    p3 = cl.paper_experiment("E3").parameters("multihead")
-    assert np.all(p3["As"][1] == 0)  # head 2 gets empty slices of the one-row Q
-    e3 = cl.paper_experiment("E3")
-    # Sinkhorn: no 1/sqrt(d); softmax: 1/sqrt(d) with the full d = 2 although Q has one row
-    np.testing.assert_allclose(cl.paper_parameters(e3.Q, e3.K, e3.V, "sinkhorn")["A"],
-                               e3.K.T @ e3.Q)
-    np.testing.assert_allclose(cl.paper_parameters(e3.Q, e3.K, e3.V, "softmax")["A"],
-                               e3.K.T @ e3.Q / np.sqrt(2))
-
-
-def test_histogram_settings_have_the_predicted_structure():
-    for d in (3, 4, 5):
-        s = cl.histogram_setting("softmax", "random", d)
-        assert s.Q.shape == (100, d // 2, d) and np.array_equal(s.K, -s.Q)
-        assert np.all(np.linalg.eigvalsh(s.V)[:, 0] > 0)
-        A = s.parameters()["A"]
-        # A + A^T = -2 Q^T Q / sqrt(d) has rank d // 2: the limit rank for V = I is ceil(d/2)
-        assert np.all(cl.predicted_limit_rank(A) == (d + 1) // 2)
-    # the same seed-40 Q draws for both variants and both V rows
-    assert np.array_equal(cl.histogram_setting("L2", "identity", 4).Q,
-                          cl.histogram_setting("softmax", "random", 4).Q)
-    assert not np.allclose(cl.histogram_setting("L2", "random", 4).V,
-                           cl.histogram_setting("softmax", "random", 4).V)
-
-
-def test_histogram_rounds_reproduce_the_sequential_protocol():
-    # a fake Euler whose convergence depends on the (draw, init) pair; the reference is the
-    # official sequential loop written out with plain Python control flow
-    setting = cl.histogram_setting("softmax", "identity", 3, n_per_dim=30)
-    setting = cl.HistogramSetting(**{**setting.__dict__, "n_max": 45})
-    inits = cl.histogram_inits(3, 45)
-    A = setting.parameters()["A"]
-
-    def converges(A_i, S0):
-        return np.trace(S0) > 2.0 + 0.1 * np.trace(A_i)  # arbitrary but deterministic
-
-    def fake_runner(rhs_for, cov0, euler_settings, max_iter):
-        # identify each member's draw through the rhs: rhs(I) = A + A^T for V = I
-        eye = np.broadcast_to(np.eye(3), cov0.shape)
-        Ai = 0.5 * rhs_for(np.arange(len(cov0)))(eye)
-        conv = np.array([converges(a, s) for a, s in zip(Ai, cov0)])
-        return SimpleNamespace(last=cov0, status=np.where(conv, "converged", "max_iter"))
-
-    got = cl.paper_histogram_ranks(setting, runner=fake_runner)
-    ranks, i, k = [], 0, 0
-    for k in range(45):
-        if converges(0.5 * (A[i] + A[i].T), inits[k]):
-            r = int(np.sum(np.linalg.eigvalsh(inits[k]) > 0.1))
-            if r <= 2:
-                ranks.append(r)
-            i += 1
-        if i == 30:
-            break
-    assert got["ranks"] == ranks
-    assert got["processed"] == i
-    assert got["attempts"] == k + 1
-
-
-def test_chunked_euler_equals_one_uninterrupted_run():
-    from tpde_lib.gaussian import projected_euler
-
-    e = cl.paper_experiment("E6")  # some members converge, some blow up
-    st = cl.EulerSettings(0.02, 1e-3, tol_high=20.0, max_iter=3000)
-    inits = e.inits(7, 7)
-    ref = projected_euler(e.rhs("softmax"), inits, st.h, tol_low=st.tol_low,
-                          tol_high=st.tol_high, max_iter=st.max_iter)
-    got = cl.run_paper_euler(lambda idx: e.rhs("softmax"), inits, st, chunk=37)
-    assert set(ref.status) >= {"converged", "diverged"}
-    np.testing.assert_array_equal(got.status, ref.status)
-    np.testing.assert_array_equal(got.n_steps, ref.n_steps)
-    for a, b in zip(got.paths, ref.paths):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
-
-
 def test_phase_classification_matches_the_closed_form_for_V_identity():
     # V = I: blow-up iff A + A^T has a positive eigenvalue, at t* = 1/lambda_max(S0^1/2 (A+A^T)
-    # S0^1/2); otherwise the limit has rank d - rank(A + A^T). Computed here
+    # S0^1/2); otherwise the limit has rank d - rank(A + A^T) ({eq}`eq-clustering-identity`). Computed here
     # independently from the eigenvalues of the 2x2 matrices.
     a = np.array([-0.8, -0.3, 0.0, 0.4])
     S0 = np.array([[0.6, 0.1], [0.1, 0.4]])
@@ -315,3 +181,148 @@ def test_classify_outcome_on_known_trajectories():
                                      [80.0, np.inf, np.inf, 60.0], valid, rank_tol=2e-2,
                                      status=["growth_limit", "ok", "ok", "blowup"])
     np.testing.assert_array_equal(outcome, [cl.GROWS, cl.CONVERGES, cl.CONVERGES, cl.BLOWS_UP])
+
+
+# ---------------------------------------------------------------- general V
+
+def _rk4(A, V, S, h, n):
+    """Plain RK4 for Sigma' = V S A S + (.)^T (independent of the library's integrators)."""
+    def f(S):
+        X = V @ S @ A @ S
+        return X + X.T
+    out = [S]
+    for _ in range(n):
+        k1 = f(S)
+        k2 = f(S + h / 2 * k1)
+        k3 = f(S + h / 2 * k2)
+        k4 = f(S + h * k3)
+        S = S + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        out.append(S)
+    return np.array(out)
+
+
+def test_general_lyapunov_matrix_decreases_for_diagonalisable_V_with_positive_eigenvalues():
+    # V = R D R^{-1} non-symmetric, A + A^T <= 0: tr(M^{-1} S) with M = R D R^T never increases,
+    # while the symmetric-V formula tr(V^{-1} S) (the plausible wrong generalisation) does.
+    rng = np.random.default_rng(7)
+    d = 2
+    R = np.array([[1.0, 3.0], [0.0, 1.0]])
+    V = R @ np.diag([1.0, 0.2]) @ np.linalg.inv(R)
+    Q = rng.standard_normal((1, d))
+    W = rng.standard_normal((d, d))
+    A = -Q.T @ Q + 2.0 * (W - W.T)
+    S = _rk4(A, V, np.eye(d), 1e-3, 5000)
+    M = cl.lyapunov_matrix(V)
+    # M = R D R^T for some eigenvector matrix R: SPD with V M = M V^T (V self-adjoint for M^-1)
+    assert np.linalg.eigvalsh(M)[0] > 0
+    np.testing.assert_allclose(V @ M, (V @ M).T, atol=1e-12)
+    L = cl.lyapunov(S, M)
+    assert np.diff(L).max() <= 1e-12 * L[0]   # RK4 error ~1e-13 per step here
+    wrong = np.trace(np.linalg.solve(V, S), axis1=1, axis2=2)
+    assert np.diff(wrong).max() > 1e-6      # tr(V^{-1} S) is no Lyapunov function here
+
+
+def test_lyapunov_matrix_is_V_for_symmetric_V():
+    B = np.random.default_rng(8).standard_normal((3, 3))
+    V = B @ B.T + 0.1 * np.eye(3)
+    np.testing.assert_allclose(cl.lyapunov_matrix(V), V, rtol=1e-10)
+
+
+def test_congruence_maps_solutions_to_solutions():
+    # P S_t P^T solves the ODE of (P^-T A P^-1, P V P^-1): compared on plain RK4 runs. The
+    # plausible wrong transformation V -> P V P^T fails.
+    rng = np.random.default_rng(9)
+    A, V, P = (rng.standard_normal((2, 2)) for _ in range(3))
+    S = _rk4(A, V, np.eye(2), 1e-3, 300)
+    A2, V2 = cl.congruence(A, V, P)
+    S2 = _rk4(A2, V2, P @ P.T, 1e-3, 300)
+    np.testing.assert_allclose(S2, P @ S @ P.T, rtol=1e-9, atol=1e-9)
+    wrong = _rk4(A2, P @ V @ P.T, P @ P.T, 1e-3, 300)
+    assert np.abs(wrong - P @ S @ P.T).max() > 1e-2
+
+
+def test_blowup_time_lower_bound_holds_and_is_sharp():
+    # sharp case: A = a I, V = I, S0 = s I gives s_t = s / (1 - 2 a s t), t* = 1/(2 a s)
+    a, s = 0.7, 1.3
+    bound = cl.blowup_time_lower_bound(a * np.eye(2), np.eye(2), s * np.eye(2))
+    assert abs(bound - 1 / (2 * a * s)) < 1e-15
+    rng = np.random.default_rng(10)
+    V = cl.random_value_matrices(rng, 60, 2, "general")
+    A = rng.standard_normal((60, 2, 2))
+    sv = cl.blowup_survey(A, V, np.eye(2), horizon=20.0, max_growth=1e4)
+    hit = sv.blows_up
+    assert hit.sum() > 10
+    lb = cl.blowup_time_lower_bound(A, V, np.eye(2))
+    assert np.all(sv.blowup_time[hit] >= lb[hit] * (1 - 1e-6))  # detection error ~1e-6
+    # the sharp case measured by the solver
+    sharp = cl.blowup_survey(a * np.eye(2)[None], np.eye(2)[None], s * np.eye(2), horizon=5.0)
+    assert abs(sharp.blowup_time[0] * 2 * a * s - 1) < 1e-5
+
+
+def test_sign_condition_pairs_satisfy_it_and_are_normalised():
+    rng = np.random.default_rng(11)
+    V = cl.random_value_matrices(rng, 50, 3, "spd")
+    A = cl.pairs_with_sign_condition(rng, V)
+    np.testing.assert_allclose(np.linalg.norm(A, 2, axis=(1, 2)), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(V, 2, axis=(1, 2)), 1.0, rtol=1e-12)
+    assert np.linalg.eigvalsh(V @ A + np.swapaxes(V @ A, 1, 2))[:, -1].max() < 0
+    assert np.all(np.linalg.eigvalsh(V)[:, 0] > 0)
+
+
+def test_spd_counterexamples_blow_up_and_violate_the_true_condition():
+    # every SPD counterexample must have lambda_max(A + A^T) > 0 (else the Lyapunov function
+    # tr(V^{-1} S) would forbid blow-up); its blow-up time agrees with scipy's Radau
+    ce = cl.sign_condition_counterexamples("spd", d=2, margin=0.05, seed=0, n_candidates=60,
+                                           horizon=100.0)
+    assert ce.hits.size >= 1
+    assert np.all(ce.survey.va_max <= -0.05)
+    assert np.all(ce.survey.sym_max[ce.hits] > 0)
+    A, V, t_star = ce.example(0)
+    tr = tp.simulate_gaussian(tp.Softmax(A, V), tp.Gaussian(np.zeros(2), np.eye(2)),
+                              [0.0, 2 * t_star], method="Radau", rtol=1e-10, atol=1e-12)
+    assert tr.status == "blowup" and abs(tr.blowup_time / t_star - 1) < 1e-4
+
+
+def test_ensemble_survey_with_identity_V_matches_the_closed_form():
+    # V = I: blow-up before the horizon iff the closed-form t* is below it, at that time
+    from tpde_lib.gaussian import softmax_blowup_time
+
+    for start in ("identity", "random"):
+        sv = cl.ensemble_survey("identity", start, n=30, seed=1, horizon=20.0)
+        t_cf = softmax_blowup_time(sv.cov0, sv.A)
+        np.testing.assert_array_equal(sv.blows_up, t_cf < 20.0)
+        assert np.abs(sv.blowup_time[sv.blows_up] / t_cf[sv.blows_up] - 1).max() < 1e-4
+        np.testing.assert_allclose(np.trace(sv.cov0, axis1=1, axis2=2), 2.0, rtol=1e-12)
+
+
+def test_stiff_members_are_finished_by_the_stiff_solver():
+    # a pair whose covariance grows large without blowing up (found in the SPD ensemble): the
+    # batch hands it to LSODA; the fate must agree with a direct Radau run
+    rng = np.random.default_rng(5)
+    V = cl.random_value_matrices(rng, 40, 2, "spd")
+    A = rng.standard_normal((40, 2, 2))
+    A /= np.linalg.norm(A, 2, axis=(1, 2))[:, None, None]
+    sv = cl.blowup_survey(A, V, np.eye(2), horizon=50.0, rtol=1e-6, atol=1e-9)
+    for b in range(0, 40, 7):
+        tr = tp.simulate_gaussian(tp.Softmax(A[b], V[b]), tp.Gaussian(np.zeros(2), np.eye(2)),
+                                  [0.0, 50.0], method="Radau", rtol=1e-8, atol=1e-10)
+        assert (tr.status == "blowup") == sv.blows_up[b]
+
+
+def test_spd_V_with_positive_definite_symmetric_part_blows_up_before_the_lyapunov_bound():
+    # derived: L = tr(V^-1 S) satisfies L' >= c L^2, c = lambda_min(A + A^T) lambda_min(V)^2 / d,
+    # so t* <= 1 / (c L0); every draw must blow up, before that time
+    rng = np.random.default_rng(14)
+    n, d = 40, 2
+    V = cl.random_value_matrices(rng, n, d, "spd")
+    G = rng.standard_normal((n, d, d))
+    W = rng.standard_normal((n, d, d))
+    A = G @ np.swapaxes(G, 1, 2) / d + 0.1 * np.eye(d) + (W - np.swapaxes(W, 1, 2))
+    S0 = cl.random_value_matrices(rng, n, d, "spd")
+    c = (np.linalg.eigvalsh(A + np.swapaxes(A, 1, 2))[:, 0]
+         * np.linalg.eigvalsh(V)[:, 0] ** 2 / d)
+    t_max = 1.0 / (c * cl.lyapunov(S0, V))
+    sv = cl.blowup_survey(A, V, S0, horizon=float(1.5 * t_max.max()))
+    assert sv.blows_up.all()
+    assert np.all(sv.blowup_time <= t_max * (1 + 1e-6))
+    assert np.all(sv.blowup_time >= cl.blowup_time_lower_bound(A, V, S0) * (1 - 1e-6))

@@ -2,10 +2,50 @@
 
 The paper's experiments were run with the authors' own scripts. This subpackage reproduces
 what those scripts do, verbatim where it matters for the figures (legacy seeds, step sizes,
-stopping rules), so that the book can show the paper's figures and, next to them, accurate
-integrations of the same equations.
+stopping rules, retries), so that the book can show the paper's figures and, next to them,
+accurate integrations of the same equations.
+
+Modules: ``_projected_euler`` (the scheme), ``_runs`` (settings and a batched runner),
+``_variants`` (the code's variant names and scalings, as attentions), ``_experiments`` (the 2-D
+experiments E1–E6), ``_histograms`` (the rank-histogram protocol), ``_cache`` (the committed
+results of the full histogram protocol and their check).
 """
 
+from ._cache import (
+    HISTOGRAM_CACHE,
+    PANELS,
+    CacheCheck,
+    CachedPanel,
+    check_cached_histogram,
+    load_histogram_cache,
+    write_histogram_cache,
+)
+from ._experiments import LABELS, PaperExperiment, paper_experiment
+from ._histograms import (
+    AccurateLimits,
+    EulerBudgetRun,
+    HistogramRun,
+    HistogramSetting,
+    PairedRanks,
+    histogram_accurate,
+    histogram_euler_budget,
+    histogram_inits,
+    histogram_setting,
+    paired_ranks,
+    paper_histogram_ranks,
+)
 from ._projected_euler import ProjectedEulerResult, projected_euler
+from ._runs import EulerRun, EulerSettings, run_paper_euler
+from ._variants import VARIANTS, paper_attention, paper_parameters, paper_rhs
 
-__all__ = ["ProjectedEulerResult", "projected_euler"]
+__all__ = [
+    "ProjectedEulerResult", "projected_euler",
+    "EulerSettings", "EulerRun", "run_paper_euler",
+    "VARIANTS", "LABELS", "paper_parameters", "paper_attention", "paper_rhs",
+    "PaperExperiment", "paper_experiment",
+    "HistogramSetting", "histogram_setting", "histogram_inits", "HistogramRun",
+    "paper_histogram_ranks", "EulerBudgetRun", "histogram_euler_budget", "AccurateLimits",
+    "histogram_accurate", "PairedRanks", "paired_ranks",
+    "HISTOGRAM_CACHE", "PANELS", "CachedPanel", "CacheCheck", "load_histogram_cache",
+    "write_histogram_cache", "check_cached_histogram",
+]

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Ellipse
 
-from ..clustering import to_3d, to_disk
+from ..psd_cone import to_3d, to_disk
 
 __all__ = ["as_paths", "path_colours", "draw_cone", "plot_cone_trajectories",
            "plot_disk_trajectories", "plot_ellipses", "plot_rank_histograms"]
@@ -207,7 +207,11 @@ def plot_rank_histograms(fig, ranks, rows, dims=(3, 4, 5), predicted=None, title
         for j, d in enumerate(dims):
             ax = axes[i, j]
             bins = np.arange(0, d + 1.5) - 0.5
-            ax.hist(list(ranks.get((row, d), [])), bins=bins, color="tab:blue", rwidth=0.8)
+            values = list(ranks.get((row, d), []))
+            ax.hist(values, bins=bins, color="tab:blue", rwidth=0.8)
+            if not values:
+                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center",
+                        va="center", color="0.5")
             ax.set_xticks(np.arange(0, d + 1))
             if predicted is not None and (row, d) in predicted:
                 ax.plot([predicted[(row, d)]], [0], marker="^", color="tab:red", ms=9,

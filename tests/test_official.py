@@ -1,0 +1,217 @@
+"""Tests of tpde_lib.official: the authors' settings and draws, their scheme, the histogram
+protocol and its committed cache."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tpde_lib import official as of
+from tpde_lib import psd_cone as pc
+from tpde_lib.clustering import predicted_limit_rank
+
+
+def test_bad_inputs_raise_naming_the_argument():
+    with pytest.raises(ValueError, match="variant"):
+        of.paper_parameters(np.eye(2), np.eye(2), np.eye(2), "cosine")
+    with pytest.raises(ValueError, match="name"):
+        of.paper_experiment("E7")
+    with pytest.raises(ValueError, match="H must"):
+        of.paper_attention(np.eye(3), np.eye(3), np.eye(3), "multihead", H=2)
+    with pytest.raises(TypeError, match="setting"):
+        of.paper_histogram_ranks("softmax")
+
+
+def test_every_official_variant_builds_an_attention_with_a_closure():
+    e = of.paper_experiment("E1")
+    S = np.eye(2)[None] * 0.5
+    for v in of.VARIANTS:
+        att = of.paper_attention(e.Q, e.K, e.V, v, H=2 if v == "multihead" else 1)
+        assert np.isfinite(of.paper_rhs(e.Q, e.K, e.V, v, H=2 if v == "multihead" else 1)(S)).all()
+        assert att.d == 2
+
+
+def test_panel_titles_use_the_books_words():
+    e5 = of.paper_experiment("E5")
+    labels = {v: e5.label(v) for v in e5.runs}
+    assert labels == {"softmax": "softmax", "multihead": "multi-head, H = 2", "L2": "ℓ²",
+                      "sinkhorn": "Sinkhorn"}
+    assert not any("_" in lab for lab in labels.values())
+
+
+# ---------------------------------------------------------------- the authors' settings
+
+def test_legacy_draws_satisfy_their_defining_properties():
+    e1 = of.paper_experiment("E1")
+    A1 = e1.parameters("softmax")["A"]
+    assert np.linalg.eigvalsh(A1 + A1.T).max() < 0          # K = -Q: A negative definite
+    assert np.linalg.eigvalsh(e1.V).min() > 0 and np.allclose(e1.V, e1.V.T)  # V = B B^T
+    assert np.all((e1.Q >= 0) & (e1.Q < 1))                  # rand: uniform on [0, 1)
+    e2 = of.paper_experiment("E2")
+    assert np.isclose(np.linalg.norm(e2.Q), 1) and np.allclose(e2.K, -e2.Q)
+    assert np.array_equal(e2.V, np.eye(2))
+    for name, want in (("E4", "indefinite"), ("E6", "indefinite"), ("E5", "definite")):
+        e = of.paper_experiment(name)
+        A = e.K.T @ e.Q
+        lam = np.linalg.eigvalsh(A + A.T)
+        if want == "indefinite":
+            assert lam[0] < 0 < lam[1]
+        else:
+            assert lam[0] > 0
+    e4, e6 = of.paper_experiment("E4"), of.paper_experiment("E6")
+    assert np.array_equal(e4.Q, e6.Q) and not np.allclose(e4.V, e6.V)  # same seed 36 loop
+
+
+def test_paper_experiment_leaves_the_global_generator_untouched():
+    np.random.seed(123)  # noqa: NPY002 (checking the legacy global state on purpose)
+    before = np.random.get_state()[1].copy()  # noqa: NPY002
+    of.paper_experiment("E4")
+    of.histogram_setting("softmax", "random", 3, n_per_dim=2)
+    of.histogram_inits(3, 2)
+    assert np.array_equal(np.random.get_state()[1], before)  # noqa: NPY002
+
+
+def test_rank_one_direction_is_the_projector_onto_q_perp():
+    e2 = of.paper_experiment("E2")
+    q = e2.Q[0]
+    P = np.eye(2) - np.outer(q, q)  # independent: I - q q^T for unit q
+    X = pc.to_3d(P)
+    np.testing.assert_allclose(e2.extra["rank_one_direction"], X / np.linalg.norm(X), atol=1e-12)
+
+
+def test_paper_rhs_matches_the_official_formulas():
+    rng = np.random.default_rng(4)
+    G = rng.standard_normal((5, 2, 2))
+    S = G @ G.transpose(0, 2, 1)
+    e = of.paper_experiment("E6")
+    Q, K, V, d = e.Q, e.K, e.V, 2
+    A = K.T @ Q / np.sqrt(d)
+    # softmax: V S A S + (.)^T written out directly
+    want = np.array([V @ s @ A @ s + (V @ s @ A @ s).T for s in S])
+    np.testing.assert_allclose(e.rhs("softmax")(S), want, atol=1e-12)
+    # L2, code form: 2 V S (I + 2 K^T K S)^{-1} A S + (.)^T
+    want = []
+    for s in S:
+        X = 2 * V @ s @ np.linalg.inv(np.eye(d) + 2 * K.T @ K @ s) @ A @ s
+        want.append(X + X.T)
+    np.testing.assert_allclose(e.rhs("L2")(S), np.array(want), atol=1e-10)
+    # multi-head with H = 1 is softmax
+    np.testing.assert_allclose(e.rhs("multihead")(S), e.rhs("softmax")(S), atol=1e-12)
+
+
+def test_multihead_split_follows_the_code():
+    e1 = of.paper_experiment("E1")
+    p = e1.parameters("multihead")  # H = 2, k = 1
+    for h in range(2):
+        np.testing.assert_allclose(p["As"][h], np.outer(e1.K[h], e1.Q[h]))
+        C = np.zeros((2, 2))
+        C[h] = e1.V[h]
+        np.testing.assert_allclose(p["Vs"][h], C)
+    p3 = of.paper_experiment("E3").parameters("multihead")
+    assert np.all(p3["As"][1] == 0)  # head 2 gets empty slices of the one-row Q
+    e3 = of.paper_experiment("E3")
+    # Sinkhorn: no 1/sqrt(d); softmax: 1/sqrt(d) with the full d = 2 although Q has one row
+    np.testing.assert_allclose(of.paper_parameters(e3.Q, e3.K, e3.V, "sinkhorn")["A"],
+                               e3.K.T @ e3.Q)
+    np.testing.assert_allclose(of.paper_parameters(e3.Q, e3.K, e3.V, "softmax")["A"],
+                               e3.K.T @ e3.Q / np.sqrt(2))
+
+
+def test_histogram_settings_have_the_predicted_structure():
+    for d in (3, 4, 5):
+        s = of.histogram_setting("softmax", "random", d)
+        assert s.Q.shape == (100, d // 2, d) and np.array_equal(s.K, -s.Q)
+        assert np.all(np.linalg.eigvalsh(s.V)[:, 0] > 0)
+        A = s.parameters()["A"]
+        # A + A^T = -2 Q^T Q / sqrt(d) has rank d // 2: the limit rank for V = I is ceil(d/2)
+        assert np.all(predicted_limit_rank(A) == (d + 1) // 2)
+    # the same seed-40 Q draws for both variants and both V rows
+    assert np.array_equal(of.histogram_setting("L2", "identity", 4).Q,
+                          of.histogram_setting("softmax", "random", 4).Q)
+    assert not np.allclose(of.histogram_setting("L2", "random", 4).V,
+                           of.histogram_setting("softmax", "random", 4).V)
+
+
+def test_histogram_rounds_reproduce_the_sequential_protocol():
+    # a fake Euler whose convergence depends on the (draw, init) pair; the reference is the
+    # official sequential loop written out with plain Python control flow
+    setting = of.histogram_setting("softmax", "identity", 3, n_per_dim=30)
+    setting = of.HistogramSetting(**{**setting.__dict__, "n_max": 45})
+    inits = of.histogram_inits(3, 45)
+    A = setting.parameters()["A"]
+
+    def converges(A_i, S0):
+        return np.trace(S0) > 2.0 + 0.1 * np.trace(A_i)  # arbitrary but deterministic
+
+    def fake_runner(rhs_for, cov0, euler_settings, max_iter):
+        # identify each member's draw through the rhs: rhs(I) = A + A^T for V = I
+        eye = np.broadcast_to(np.eye(3), cov0.shape)
+        Ai = 0.5 * rhs_for(np.arange(len(cov0)))(eye)
+        conv = np.array([converges(a, s) for a, s in zip(Ai, cov0)])
+        return SimpleNamespace(last=cov0, status=np.where(conv, "converged", "max_iter"),
+                               n_steps=np.ones(len(cov0), dtype=int))
+
+    ranks, i, k = [], 0, 0
+    for k in range(45):
+        if converges(0.5 * (A[i] + A[i].T), inits[k]):
+            r = int(np.sum(np.linalg.eigvalsh(inits[k]) > 0.1))
+            if r <= 2:
+                ranks.append(r)
+            i += 1
+        if i == 30:
+            break
+    for lookahead in (1, 3):  # the batching must not change the result
+        got = of.paper_histogram_ranks(setting, runner=fake_runner, lookahead=lookahead)
+        assert got.ranks.tolist() == ranks
+        assert got.processed == i
+        assert got.attempts == k + 1
+        assert got.failures == k + 1 - i
+
+
+def test_chunked_euler_equals_one_uninterrupted_run():
+    e = of.paper_experiment("E6")  # some members converge, some blow up
+    st = of.EulerSettings(0.02, 1e-3, tol_high=20.0, max_iter=3000)
+    inits = e.inits(7, 7)
+    ref = of.projected_euler(e.rhs("softmax"), inits, st.h, tol_low=st.tol_low,
+                          tol_high=st.tol_high, max_iter=st.max_iter)
+    got = of.run_paper_euler(lambda idx: e.rhs("softmax"), inits, st, chunk=37)
+    assert set(ref.status) >= {"converged", "diverged"}
+    np.testing.assert_array_equal(got.status, ref.status)
+    np.testing.assert_array_equal(got.n_steps, ref.n_steps)
+    for a, b in zip(got.paths, ref.paths):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+
+
+# ---------------------------------------------------------------- the committed cache
+
+def test_cached_full_protocol_matches_the_code_on_a_random_subset():
+    # recompute a seeded random subset of the cached entries (converged runs of every panel, and
+    # a diverged attempt) with the code: status, step counts and ranks must agree exactly, the
+    # eigenvalues to round-off (1e-9: reorderings of floating-point sums, far below the 0.1
+    # rank threshold)
+    cache = of.load_histogram_cache()
+    assert set(cache) <= set(of.PANELS)
+    rng = np.random.default_rng(12)
+    for key in (("softmax", "identity", 3), ("softmax", "random", 3), ("L2", "random", 4)):
+        panel = cache[key]
+        draws = rng.choice(panel.draw_init.size, size=2, replace=False)
+        div = np.flatnonzero(panel.failed_status == "diverged")
+        failed = div[:1] if div.size else []
+        chk = of.check_cached_histogram(panel, draws, failed)
+        assert chk.mismatches == [], (key, chk.mismatches)
+        assert chk.max_eig_diff < 1e-9, chk.max_eig_diff
+        assert chk.pairing_ok
+        assert panel.draw_init.size == 100   # the authors' 100 draws were all processed
+
+
+def test_cache_check_detects_a_corrupted_entry():
+    import dataclasses
+
+    panel = of.load_histogram_cache()[("softmax", "identity", 3)]
+    bad = dataclasses.replace(panel, n_steps=panel.n_steps + np.eye(1, panel.n_steps.size, 0,
+                                                                      dtype=int)[0])
+    assert of.check_cached_histogram(bad, [0]).mismatches
+    shifted = dataclasses.replace(panel, draw_init=panel.draw_init + 1)
+    assert not of.check_cached_histogram(shifted).pairing_ok

@@ -1,0 +1,78 @@
+r"""Clustering versus blow-up of Gaussian covariances under softmax attention: the analysis.
+
+For a Gaussian :math:`\mathcal N(\alpha, \Sigma)` the softmax covariance solves the Riccati
+equation :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top` (chapter "Gaussian
+solutions"). This module holds what the chapter "Clustering versus blow-up" computes with it:
+
+* ranks and limits: :func:`numerical_rank`, :func:`predicted_limit_rank`;
+* Lyapunov functions: :func:`lyapunov`, :func:`lyapunov_matrix` ({eq}`eq-clustering-lyapunov`,
+  {eq}`eq-clustering-lyapunov-general`);
+* outcomes and phase pictures: :func:`classify_outcome`, :func:`phase_diagram`;
+* general :math:`V`: random ensembles (:func:`random_value_matrices`,
+  :func:`pairs_with_sign_condition`), a batched survey of their fates (:func:`blowup_survey`),
+  a seeded counterexample search (:func:`sign_condition_counterexamples`), the universal lower
+  bound on the blow-up time (:func:`blowup_time_lower_bound`) and the change of variables that
+  leaves the dynamics invariant (:func:`congruence`).
+
+Notation: :math:`A` is the score matrix (score :math:`\langle Ax, y\rangle`,
+:math:`A = K^\top Q/\sqrt k`), :math:`V` the value matrix.
+
+The 2×2 cone geometry moved to :mod:`tpde_lib.psd_cone`, the reproduction of the authors' code
+(experiments E1–E6, the histogram protocol) to :mod:`tpde_lib.official`; their names stay
+importable from here for one release.
+
+Modules: ``_analysis`` (ranks, limits, Lyapunov functions, outcomes, the phase picture),
+``_general_v`` (ensembles, surveys, counterexamples, the lower bound, the change of variables).
+"""
+
+# moved names, importable from here for one release
+from ..official import (  # noqa: F401
+    VARIANTS,
+    EulerSettings,
+    HistogramSetting,
+    PaperExperiment,
+    histogram_accurate,
+    histogram_euler_budget,
+    histogram_inits,
+    histogram_setting,
+    paper_attention,
+    paper_experiment,
+    paper_histogram_ranks,
+    paper_parameters,
+    paper_rhs,
+    run_paper_euler,
+)
+from ..psd_cone import from_3d, init_grid, rank_one_direction, to_3d, to_disk  # noqa: F401
+from ._analysis import (
+    BLOWS_UP,
+    CONVERGES,
+    GROWS,
+    OUTCOME_NAMES,
+    PhaseDiagram,
+    classify_outcome,
+    lyapunov,
+    lyapunov_matrix,
+    numerical_rank,
+    phase_diagram,
+    predicted_limit_rank,
+)
+from ._general_v import (
+    BlowupSurvey,
+    Counterexamples,
+    blowup_survey,
+    blowup_time_lower_bound,
+    congruence,
+    ensemble_survey,
+    pairs_with_sign_condition,
+    r5_counterexample,
+    random_value_matrices,
+    sign_condition_counterexamples,
+)
+
+__all__ = [
+    "numerical_rank", "predicted_limit_rank", "lyapunov", "lyapunov_matrix",
+    "CONVERGES", "BLOWS_UP", "GROWS", "OUTCOME_NAMES", "classify_outcome", "PhaseDiagram",
+    "phase_diagram", "random_value_matrices", "pairs_with_sign_condition", "BlowupSurvey",
+    "blowup_survey", "ensemble_survey", "Counterexamples", "sign_condition_counterexamples",
+    "blowup_time_lower_bound", "congruence", "r5_counterexample",
+]

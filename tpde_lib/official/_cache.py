@@ -1,0 +1,259 @@
+r"""The authors' full histogram protocol, computed once and committed, with a check against the code.
+
+The full protocol (:func:`~tpde_lib.official.paper_histogram_ranks` on the twelve panels: up to
+90000 Euler steps per run, retries) takes minutes, too long for a page that runs twice in CI.
+Its result is stored in ``data/histograms.json`` (written by :func:`write_histogram_cache`, run
+by ``python -m tpde_lib.official._cache``, which computes the panels missing from the file);
+:func:`check_cached_histogram` re-runs chosen entries with the code and compares. The settings
+of each panel are stored with it and compared on loading, so a change of the code's settings
+cannot be read against a stale cache.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..gaussian import covariance_rhs
+from ._histograms import histogram_inits, histogram_setting, paper_histogram_ranks
+from ._runs import run_paper_euler
+
+__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache", "panel_record",
+           "write_histogram_cache", "CacheCheck", "check_cached_histogram"]
+
+#: Where the cached protocol results live.
+HISTOGRAM_CACHE = Path(__file__).parent / "data" / "histograms.json"
+
+#: The twelve panels of the authors' two histogram figures.
+PANELS = tuple((v, k, d) for v in ("softmax", "L2") for k in ("identity", "random") for d in (3, 4, 5))
+
+
+def _key(variant, V_kind, d):
+    return f"{variant}/{V_kind}/{d}"
+
+
+def _settings_record(s):
+    e = s.euler
+    return {"h": e.h, "tol_low": e.tol_low, "tol_high": e.tol_high, "max_iter": e.max_iter,
+            "n_max": s.n_max, "tol_rank": s.tol_rank, "n_draws": int(s.Q.shape[0])}
+
+
+@dataclass(frozen=True)
+class CachedPanel:
+    """The stored result of the authors' protocol on one panel (fields as :class:`HistogramRun`).
+
+    Attributes
+    ----------
+    variant, V_kind : str
+    d : int
+    draw_init, euler_rank, n_steps : ndarray of int, shape (m,)
+    counted : ndarray of bool, shape (m,)
+    eigenvalues : ndarray, shape (m, d)
+        Eigenvalues (ascending) of the converged iterates.
+    failed_draw, failed_init, failed_steps : ndarray of int, shape (f,)
+    failed_status : ndarray of str, shape (f,)
+    attempts : int
+    rank_margin : float
+    """
+
+    variant: str
+    V_kind: str
+    d: int
+    draw_init: np.ndarray
+    euler_rank: np.ndarray
+    counted: np.ndarray
+    n_steps: np.ndarray
+    eigenvalues: np.ndarray
+    failed_draw: np.ndarray
+    failed_init: np.ndarray
+    failed_steps: np.ndarray
+    failed_status: np.ndarray
+    attempts: int
+    rank_margin: float
+
+    @property
+    def ranks(self):
+        """The ranks of the authors' histogram."""
+        return self.euler_rank[self.counted]
+
+    def counts(self):
+        """Rank counts ``[#rank 0, ..., #rank d]`` of the authors' histogram."""
+        return np.bincount(self.ranks, minlength=self.d + 1)
+
+    @property
+    def exceptions(self):
+        """Converged limits of too high a rank (excluded by the authors)."""
+        return int(np.sum(~self.counted))
+
+    @property
+    def failures(self):
+        """Attempts that did not converge."""
+        return int(self.failed_draw.size)
+
+    @property
+    def diverged(self):
+        """Failed attempts stopped by the trace threshold."""
+        return int(np.sum(self.failed_status == "diverged"))
+
+
+def panel_record(setting, run):
+    """The JSON record of one panel: its settings and the :class:`HistogramRun` fields."""
+    r = run
+    return {"settings": _settings_record(setting),
+            "draw_init": r.draw_init.tolist(), "euler_rank": r.euler_rank.tolist(),
+            "counted": r.counted.tolist(), "n_steps": r.n_steps.tolist(),
+            "eigenvalues": np.linalg.eigvalsh(r.finals).tolist(),
+            "failed_draw": r.failed_draw.tolist(), "failed_init": r.failed_init.tolist(),
+            "failed_steps": r.failed_steps.tolist(), "failed_status": r.failed_status.tolist(),
+            "attempts": r.attempts, "rank_margin": r.rank_margin}
+
+
+def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=print):
+    """Run the full protocol on the ``panels`` missing from the cache (minutes) and write it.
+
+    Panels already stored in ``path`` with the code's current settings are kept as they are;
+    ``runs`` (optional) maps ``(variant, V_kind, d)`` to :class:`HistogramRun` results already
+    computed with :func:`paper_histogram_ranks`; the other panels are computed here.
+    """
+    runs = {} if runs is None else dict(runs)
+    path = Path(path)
+    out = json.loads(path.read_text()) if path.exists() else {}
+    for variant, V_kind, d in panels:
+        s = histogram_setting(variant, V_kind, d)
+        key = _key(variant, V_kind, d)
+        if key in out and out[key]["settings"] == _settings_record(s):
+            continue
+        r = runs.get((variant, V_kind, d))
+        if r is None:
+            r = paper_histogram_ranks(s, lookahead=2)
+        out[key] = panel_record(s, r)
+        if log is not None:
+            log(f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "
+                f"{r.failures} failures, {r.exceptions} exceptions")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out) + "\n")   # after each panel: minutes of work each
+
+
+def load_histogram_cache(path=HISTOGRAM_CACHE):
+    """The cached panels, ``{(variant, V_kind, d): CachedPanel}``.
+
+    Raises
+    ------
+    ValueError
+        If a panel's stored settings differ from :func:`histogram_setting` (stale cache).
+    """
+    raw = json.loads(Path(path).read_text())
+    out = {}
+    for key, rec in raw.items():
+        variant, V_kind, d = key.split("/")
+        d = int(d)
+        want = _settings_record(histogram_setting(variant, V_kind, d))
+        if rec["settings"] != want:
+            raise ValueError(f"stale histogram cache for {key}: stored settings {rec['settings']}"
+                             f" differ from the code's {want}; rerun write_histogram_cache()")
+        ints = {f: np.array(rec[f], dtype=int) for f in
+                ("draw_init", "euler_rank", "n_steps", "failed_draw", "failed_init",
+                 "failed_steps")}
+        out[(variant, V_kind, d)] = CachedPanel(
+            variant, V_kind, d, ints["draw_init"], ints["euler_rank"],
+            np.array(rec["counted"], dtype=bool), ints["n_steps"],
+            np.array(rec["eigenvalues"], dtype=float).reshape(-1, d), ints["failed_draw"],
+            ints["failed_init"], ints["failed_steps"], np.array(rec["failed_status"], dtype=str),
+            int(rec["attempts"]), float(rec["rank_margin"]))
+    return out
+
+
+@dataclass(frozen=True)
+class CacheCheck:
+    """Result of :func:`check_cached_histogram`.
+
+    Attributes
+    ----------
+    n_runs : int
+        Runs recomputed.
+    mismatches : list of str
+        Entries whose status, step count or rank differ (empty when the cache matches).
+    max_eig_diff : float
+        Largest difference of a recomputed eigenvalue from the stored one.
+    pairing_ok : bool
+        The stored initial conditions follow the protocol's pairing (draw ``i`` uses initial
+        condition ``i`` + the number of failures before it, each failure its own).
+    """
+
+    n_runs: int
+    mismatches: list
+    max_eig_diff: float
+    pairing_ok: bool
+
+
+def _pairing_ok(p):
+    """Walk the protocol from the stored failures and compare the initial conditions."""
+    fails = sorted(zip(p.failed_init.tolist(), p.failed_draw.tolist()))
+    fail_at = dict(fails)
+    i = k = 0
+    inits = []
+    while i < p.draw_init.size:
+        if k in fail_at:
+            if fail_at[k] != i:
+                return False
+        else:
+            inits.append(k)
+            i += 1
+        k += 1
+    return inits == p.draw_init.tolist() and k == p.attempts
+
+
+def check_cached_histogram(panel, draws=(), failed=(), chunk=400):
+    r"""Recompute chosen entries of a cached panel with the code and compare.
+
+    Parameters
+    ----------
+    panel : CachedPanel
+    draws : sequence of int
+        Processed draws to recompute (their converged run: same status, steps and rank; the
+        eigenvalues to round-off).
+    failed : sequence of int
+        Indices into the failed attempts to recompute (same status and steps).
+    chunk : int
+        Iterations per batched call (speed only).
+
+    Returns
+    -------
+    CacheCheck
+    """
+    s = histogram_setting(panel.variant, panel.V_kind, panel.d)
+    draws = [int(i) for i in draws]
+    failed = [int(j) for j in failed]
+    pairs = [(i, int(panel.draw_init[i])) for i in draws]
+    pairs += [(int(panel.failed_draw[j]), int(panel.failed_init[j])) for j in failed]
+    mismatches = []
+    max_diff = 0.0
+    if pairs:
+        atts = s.attentions()
+        members = np.array([p[0] for p in pairs])
+        inits = histogram_inits(s.d, max(p[1] for p in pairs) + 1)[[p[1] for p in pairs]]
+        res = run_paper_euler(lambda idx: covariance_rhs([atts[b] for b in members[idx]]), inits,
+                              s.euler, record_every=10**9, chunk=chunk)
+        lam = np.linalg.eigvalsh(res.last)
+        for m, (draw, init) in enumerate(pairs):
+            if m < len(draws):
+                want = ("converged", int(panel.n_steps[draws[m]]))
+                rank = int(np.sum(lam[m] > s.tol_rank))
+                if rank != int(panel.euler_rank[draws[m]]):
+                    mismatches.append(f"draw {draw}: rank {rank} != cached "
+                                      f"{panel.euler_rank[draws[m]]}")
+                max_diff = max(max_diff, float(np.abs(lam[m] - panel.eigenvalues[draws[m]]).max()))
+            else:
+                j = failed[m - len(draws)]
+                want = (str(panel.failed_status[j]), int(panel.failed_steps[j]))
+            got = (str(res.status[m]), int(res.n_steps[m]))
+            if got != want:
+                mismatches.append(f"draw {draw}, init {init}: {got} != cached {want}")
+    return CacheCheck(len(pairs), mismatches, max_diff, _pairing_ok(panel))
+
+
+if __name__ == "__main__":
+    write_histogram_cache()

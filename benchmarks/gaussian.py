@@ -57,7 +57,7 @@ def single_d2():
 def batch(B, d, variant="softmax", t_end=1e3, n_loop=5):
     rng = np.random.default_rng(d)
     Q = rng.standard_normal((d // 2, d))
-    A = -Q.T @ Q / np.sqrt(d)  # K = -Q: A + A^T <= 0, convergence to rank ceil(d/2) (notes §7.6)
+    A = -Q.T @ Q / np.sqrt(d)  # K = -Q: A + A^T <= 0, convergence to rank ceil(d/2) (chapter 6)
     G = rng.standard_normal((B, d, d))
     cov0 = G @ np.swapaxes(G, 1, 2)
     Bm = rng.standard_normal((d, d))

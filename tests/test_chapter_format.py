@@ -41,3 +41,18 @@ def test_canonical_form_detects_a_rewrite():
     flow = ("---\njupytext:\n  text_representation: {extension: .md, format_name: myst}\n"
             "kernelspec: {display_name: Python 3, language: python, name: python3}\n---\n" + body)
     assert canonical_chapters.canonical(flow) != flow
+
+
+PAGES = CHAPTERS + sorted((ROOT / "appendix").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_code_cells_fit_the_page(path):
+    """At most 88 characters per code line: the book's page shows them without scrolling."""
+    import jupytext
+
+    nb = jupytext.read(str(path))
+    long = [(i, line) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for line in cell.source.splitlines() if len(line) > 88]
+    assert not long, (f"{path.name}: {len(long)} code lines over 88 characters, e.g. cell "
+                      f"{long[0][0]}: {long[0][1]!r}") if long else ""

@@ -1,7 +1,7 @@
 """Tests of the Gaussian solvers, blow-up detection and closed forms.
 
-Independent references: the closed forms of §6.3 R2/R3 (written here directly from the formulas,
-with inverses, not through the library's stable forms), the matrix exponential for Sinkhorn's
+Independent references: the closed forms of the appendix "Derivations" (written here directly
+from the formulas, with inverses, not through the library's stable forms), the matrix exponential for Sinkhorn's
 mean, an implicit 1-D Sinkhorn solution, a particle simulation with the attention's own velocity
 field, and a plain per-member transcription of the authors' Euler loop.
 """
@@ -147,7 +147,7 @@ def test_blowup_time_is_accurate_to_1e_minus_3_on_50_random_cases():
 
 def test_sinkhorn_mean_is_the_matrix_exponential_and_growth_is_not_a_blowup():
     # alpha_t = e^{tV} alpha_0 exactly; with A + A^T > 0 and V = I the covariance
-    # grows exponentially (R6), crossing the 1e6 growth thresholds without being a blow-up.
+    # grows exponentially, crossing the 1e6 growth thresholds without being a blow-up.
     A = np.array([[1.0, 0.3], [-0.2, 0.8]])
     V = np.array([[0.3, 0.5], [-0.4, 0.2]])
     alpha0 = np.array([1.0, -2.0])

@@ -1,7 +1,7 @@
 """Tests of the particle simulator.
 
 Oracles: hand-written residual layers x <- x + h Gamma(x) with the per-token loop field, a
-tightly-toleranced DOP853 reference for convergence orders, the support bound of §9.3, and the
+tightly-toleranced DOP853 reference for convergence orders, the support bound of chapter 1, and the
 isolated s = 0 fibre for masked attention.
 """
 
@@ -105,7 +105,7 @@ def test_softmax_particles_obey_support_bound():
 @given(n=st.integers(1, 15), seed=st.integers(0, 2**16), h=st.floats(0.05, 1.0))
 def test_residual_layers_obey_discrete_support_bound(n, seed, h):
     # |Gamma(x)| <= ||V|| max_j |x_j| (convex combination), so one layer grows the radius by
-    # at most the factor 1 + h ||V||: R_l <= R_0 (1 + h ||V||)^l  (derived here from §9.3)
+    # at most the factor 1 + h ||V||: R_l <= R_0 (1 + h ||V||)^l  (derived here from the support bound)
     X, A, V = _cloud(n=n, seed=seed)
     traj = simulate(Softmax(3 * A, V), Empirical(X), [0.0, h, 2 * h, 3 * h], method="euler", h=h)
     R = np.linalg.norm(traj.points, axis=2).max(axis=1)

@@ -387,7 +387,8 @@ def test_gaussian_rhs_unavailable_variants_say_so(att, name):
 
 # ---------------------------------------------------------------------------------------------
 # Gaussian closures (delegated to gaussian_odes; checked here against closed forms derived from
-# the affine field Gamma(x) = b + M x: alpha' = b + M alpha, Sigma' = M Sigma + Sigma M^T, appendix eq-closure)
+# the affine field Gamma(x) = b + M x: alpha' = b + M alpha, Sigma' = M Sigma + Sigma M^T,
+# appendix eq-closure)
 # ---------------------------------------------------------------------------------------------
 
 def _gaussian_problem(d=3, seed=11):

@@ -1,9 +1,9 @@
 """Tests of the Gaussian solvers, blow-up detection and closed forms.
 
 Independent references: the closed forms of the appendix "Derivations" (written here directly
-from the formulas, with inverses, not through the library's stable forms), the matrix exponential for Sinkhorn's
-mean, an implicit 1-D Sinkhorn solution, a particle simulation with the attention's own velocity
-field, and a plain per-member transcription of the authors' Euler loop.
+from the formulas, with inverses, not through the library's stable forms), the matrix
+exponential for Sinkhorn's mean, an implicit 1-D Sinkhorn solution, a particle simulation with
+the attention's own velocity field, and a plain per-member transcription of the authors' Euler loop.
 """
 
 import numpy as np

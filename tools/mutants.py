@@ -230,6 +230,24 @@ MUTANTS = [
     M("bures-map-commuting-formula", "Brenier map T = Sigma_1^{1/2} Sigma_0^{-1/2} (commuting case)",
       "transport.py", "T = Ri @ psd_sqrt(R @ S1 @ R) @ Ri", "T = psd_sqrt(S1) @ Ri",
       "07_gradient_flows"),
+    # ---- clustering versus blow-up (chapter 6) ---------------------------------------------
+    M("lyapunov-V-not-inverted", "Lyapunov function tr(V Sigma) instead of tr(V^-1 Sigma)",
+      "clustering/_analysis.py", "return np.trace(np.linalg.solve(V, cov), axis1=-2, axis2=-1)",
+      "return np.trace(V @ cov, axis1=-2, axis2=-1)", "06_clustering"),
+    M("limit-cov-keeps-the-wrong-directions", "limit covariance keeps the expanding directions",
+      "gaussian/_closed_forms.py",
+      "keep = P_eig <= rank_tol * np.maximum(1.0, P_eig.max(axis=-1, keepdims=True))",
+      "keep = P_eig > rank_tol * np.maximum(1.0, P_eig.max(axis=-1, keepdims=True))",
+      "06_clustering"),
+    M("blowup-rate-not-whitened", "blow-up rate from A + A^T alone, forgetting Sigma_0",
+      "gaussian/_closed_forms.py", "P = R @ (A + np.swapaxes(A, -1, -2)) @ R",
+      "P = A + np.swapaxes(A, -1, -2) + 0 * R", "06_clustering"),
+    M("cone-coordinates-no-factor-2", "cone picture (a - b, c, a + b), not (a - b, 2c, a + b)",
+      "psd_cone.py", "return np.stack([a - b, 2.0 * c, a + b], axis=-1)",
+      "return np.stack([a - b, c, a + b], axis=-1)", "06_clustering"),
+    M("predicted-rank-counts-the-kernel", "predicted limit rank = rank(A + A^T) instead of d - rank",
+      "clustering/_analysis.py", "return A.shape[-1] - np.sum(np.abs(lam) > tol * scale, axis=-1)",
+      "return np.sum(np.abs(lam) > tol * scale, axis=-1)", "06_clustering"),
 ]
 
 

@@ -507,6 +507,10 @@ def _external(target):
     return True
 
 
+#: standard-library types that autodoc writes as the type of module data (e.g. a ``Path``)
+_STDLIB_TYPES = {"PosixPath", "WindowsPath", "Path"}
+
+
 def _missing_reference(app, env, node, contnode):
     """Render free-text types and references to other libraries as text (no intersphinx here).
 
@@ -520,7 +524,7 @@ def _missing_reference(app, env, node, contnode):
     if node.get("refdomain") != "py":
         return None
     target, reftype = node.get("reftarget", ""), node.get("reftype")
-    if _external(target):
+    if _external(target) or target in _STDLIB_TYPES:
         return contnode
     if reftype == "exc":
         obj = getattr(builtins, target, None)

@@ -118,8 +118,9 @@ def blowup_survey(A, V, cov0, horizon=200.0, rtol=1e-8, atol=1e-10, max_growth=1
     blow-up detection with its time) up to ``horizon``, with members stopped once their trace
     exceeds ``switch_growth`` times its initial value without a Riccati signature; those few
     (large covariances make the explicit method stiff: a small eigenvalue collapses while a
-    large one grows) are then integrated one by one with :func:`tpde_lib.gaussian.
-    simulate_gaussian` and the stiff method ``stiff_method``, with the same blow-up detection.
+    large one grows) are then integrated one by one with
+    :func:`tpde_lib.gaussian.simulate_gaussian` and the stiff method ``stiff_method``, with the
+    same blow-up detection.
 
     Parameters
     ----------

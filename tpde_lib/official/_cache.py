@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..gaussian import covariance_rhs
-from ._histograms import histogram_inits, histogram_setting, paper_histogram_ranks
+from ._histograms import RankCounts, histogram_inits, histogram_setting, paper_histogram_ranks
 from ._runs import run_paper_euler
 
 __all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache", "panel_record",
@@ -42,7 +42,7 @@ def _settings_record(s):
 
 
 @dataclass(frozen=True)
-class CachedPanel:
+class CachedPanel(RankCounts):
     """The stored result of the authors' protocol on one panel (fields as :class:`HistogramRun`).
 
     Attributes
@@ -74,29 +74,6 @@ class CachedPanel:
     attempts: int
     rank_margin: float
 
-    @property
-    def ranks(self):
-        """The ranks of the authors' histogram."""
-        return self.euler_rank[self.counted]
-
-    def counts(self):
-        """Rank counts ``[#rank 0, ..., #rank d]`` of the authors' histogram."""
-        return np.bincount(self.ranks, minlength=self.d + 1)
-
-    @property
-    def exceptions(self):
-        """Converged limits of too high a rank (excluded by the authors)."""
-        return int(np.sum(~self.counted))
-
-    @property
-    def failures(self):
-        """Attempts that did not converge."""
-        return int(self.failed_draw.size)
-
-    @property
-    def diverged(self):
-        """Failed attempts stopped by the trace threshold."""
-        return int(np.sum(self.failed_status == "diverged"))
 
 
 def panel_record(setting, run):

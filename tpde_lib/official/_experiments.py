@@ -38,7 +38,7 @@ class PaperExperiment:
     runs : dict
         variant -> :class:`EulerSettings`.
     grid : tuple
-        ``(n_u, n_c, limits)`` of :func:`init_grid`.
+        ``(n_u, n_c, limits)`` of :func:`tpde_lib.psd_cone.init_grid`.
     outputs : dict
         variant -> the code's output file name (kept for reference; figures use
         :meth:`label`).

@@ -143,8 +143,38 @@ def histogram_inits(d, n, seed=41):
 
 
 
+class RankCounts:
+    """What the authors' histogram reads from one panel's runs (shared by the live run and the
+    cached one): needs ``euler_rank``, ``counted``, ``failed_draw``, ``failed_status`` and the
+    dimension ``d``."""
+
+    @property
+    def ranks(self):
+        """The ranks of the authors' histogram (converged, rank at most ``(d + 1) // 2``)."""
+        return self.euler_rank[self.counted]
+
+    @property
+    def exceptions(self):
+        """Converged limits of too high a rank (excluded by the authors)."""
+        return int(np.sum(~self.counted))
+
+    @property
+    def failures(self):
+        """Attempts that did not converge (retried with the next initial condition)."""
+        return int(self.failed_draw.size)
+
+    @property
+    def diverged(self):
+        """Failed attempts stopped by the trace threshold."""
+        return int(np.sum(self.failed_status == "diverged"))
+
+    def counts(self):
+        """Rank counts ``[#rank 0, ..., #rank d]`` of the authors' histogram, shape (d + 1,)."""
+        return np.bincount(self.ranks, minlength=self.d + 1)
+
+
 @dataclass(frozen=True)
-class HistogramRun:
+class HistogramRun(RankCounts):
     r"""The authors' histogram protocol on one panel (:func:`paper_histogram_ranks`).
 
     Attributes
@@ -194,28 +224,9 @@ class HistogramRun:
         return int(self.draw_init.size)
 
     @property
-    def ranks(self):
-        """The ranks of the authors' histogram (converged, rank at most ``(d + 1) // 2``)."""
-        return self.euler_rank[self.counted]
-
-    @property
-    def exceptions(self):
-        """Converged limits of too high a rank (excluded by the authors)."""
-        return int(np.sum(~self.counted))
-
-    @property
-    def failures(self):
-        """Attempts that did not converge (retried with the next initial condition)."""
-        return int(self.failed_draw.size)
-
-    @property
-    def diverged(self):
-        """Failed attempts stopped by the trace threshold."""
-        return int(np.sum(self.failed_status == "diverged"))
-
-    def counts(self):
-        """Rank counts ``[#rank 0, ..., #rank d]`` of the authors' histogram, shape (d + 1,)."""
-        return np.bincount(self.ranks, minlength=self.finals.shape[-1] + 1)
+    def d(self):
+        """The dimension."""
+        return int(self.finals.shape[-1])
 
 
 def _default_runner(rhs_for, cov0, settings, max_iter):

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import io
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
+from IPython.display import HTML, Markdown, display
+from matplotlib.animation import FuncAnimation
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 __all__ = ["explore", "static_twin", "live_panel"]
 
@@ -52,8 +57,6 @@ def static_twin(draw, defaults, twin, twin_values, figsize=(8, 4), interval=800,
     IPython.display.HTML
         JavaScript + embedded PNG frames: plays in a static web page, without a kernel.
     """
-    from IPython.display import HTML
-    from matplotlib.animation import FuncAnimation
 
     values = list(twin_values)
     fig = plt.figure(figsize=figsize, dpi=dpi)
@@ -106,9 +109,6 @@ def live_panel(draw, controls, figsize=(8, 4), dpi=100, continuous_update=False)
         Controls (CSS class ``tpde-controls``), the figure (``tpde-figure``) and an output area
         for warnings and errors of ``draw``; the box has the CSS class ``tpde-live-panel``.
     """
-    import ipywidgets as widgets
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     for name, widget in controls.items():
         if hasattr(widget, "description") and not widget.description:
@@ -171,7 +171,6 @@ def explore(draw, controls, twin, twin_values, figsize=(8, 4), show=True):
     controls[twin].add_class("tpde-main-control")  # the control the static twin sweeps
     panel = live_panel(draw, controls, figsize=figsize)
     if show:
-        from IPython.display import Markdown, display
 
         display(Markdown("**Live panel** (needs a running kernel: Binder or local Jupyter):"))
         display(panel)

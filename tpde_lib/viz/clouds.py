@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import HTML
+from matplotlib.animation import FuncAnimation
+from matplotlib.collections import LineCollection
 
 __all__ = ["plot_cloud", "plot_paths", "common_limits", "cloud_panels", "animate_clouds"]
 
@@ -44,7 +47,6 @@ def plot_paths(ax, traj, upto=None, colours=None, cmap="viridis", alpha=0.25, lw
     colours : array_like (n,), optional
         Scalar per token mapped through ``cmap``; default: the initial polar angle.
     """
-    from matplotlib.collections import LineCollection
 
     k = traj.points.shape[0] - 1 if upto is None else int(upto)
     pts = traj.points[: k + 1, :, :2]
@@ -140,8 +142,6 @@ def animate_clouds(trajs, titles=None, figsize=(10, 3), interval=150, ncols=None
 
     All trajectories must share their ``times``. Returns ``IPython.display.HTML``.
     """
-    from IPython.display import HTML
-    from matplotlib.animation import FuncAnimation
 
     seq = list(trajs.values()) if isinstance(trajs, dict) else list(trajs)
     times = seq[0].times

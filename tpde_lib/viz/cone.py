@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import LineCollection
 from matplotlib.patches import Ellipse
+from mpl_toolkits.mplot3d.art3d import Line3DCollection
 
 from ..psd_cone import to_3d, to_disk
 
@@ -98,7 +100,6 @@ def plot_cone_trajectories(ax, paths, valid=None, colour="start", cone=True, ran
     view : (elev, azim)
     title : str, optional
     """
-    from mpl_toolkits.mplot3d.art3d import Line3DCollection
 
     paths = as_paths(paths, valid)
     cols = path_colours(paths, colour, cmap)
@@ -135,7 +136,6 @@ def plot_disk_trajectories(ax, paths, valid=None, colour="start", cmap="viridis"
     ax : matplotlib.axes.Axes
     paths, valid, colour, cmap : see :func:`plot_cone_trajectories`
     """
-    from matplotlib.collections import LineCollection
 
     paths = as_paths(paths, valid)
     cols = path_colours(paths, colour, cmap)

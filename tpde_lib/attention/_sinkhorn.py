@@ -44,7 +44,8 @@ from .. import gaussian_odes
 from .._checks import as_flag, as_positive
 from ._base import GaussianClosure, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
-from ._kernels import dense_kernel, kernel_sums, matvec, weighted_values
+from ._dense import dense_kernel, matvec
+from ._kernels import kernel_sums, weighted_values
 
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
@@ -142,8 +143,9 @@ class _Run:
                     return g + lb, True
             elif col <= self.tol or self.it >= self.max_iter:
                 return g + lb, False                # confirm with an exact row pass
-            if not np.isfinite(col) or col > 100.0 * best:
-                # over-relaxation diverged: back to plain Sinkhorn, and never this far again
+            stalled = omega > 1.0 and len(self.errs) > 200 and col > 0.99 * self.errs[-200]
+            if not np.isfinite(col) or col > 100.0 * best or stalled:
+                # over-relaxation diverged or stalls: back to plain Sinkhorn, never this far again
                 self.cap = 0.5 * (1.0 + omega)
                 self.omega, self.errs = 1.0, []
                 return g, False

@@ -14,6 +14,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+import tpde_lib.attention._dense as D
 import tpde_lib.attention._kernels as K
 from tpde_lib import kernel_sums
 
@@ -309,23 +310,23 @@ def test_dense_kernel_and_matvec_match_numpy(threads, pool_allowed):
     r, c, w = rng.standard_normal(n), rng.standard_normal(m), rng.random(m) + 0.5
     L = left @ right.T
     out = np.empty((n, m))
-    assert K.dense_kernel(left, right, out) is True
+    assert D.dense_kernel(left, right, out) is True
     np.testing.assert_allclose(out, L, rtol=1e-14, atol=1e-14)
-    assert K.dense_kernel(left, right, out, "exp", row_add=r, col_add=c)
+    assert D.dense_kernel(left, right, out, "exp", row_add=r, col_add=c)
     np.testing.assert_allclose(out, np.exp(L + r[:, None] + c[None, :]), rtol=1e-13)
-    finite, M, s = K.dense_kernel(left, right, out, "softmax", col_add=c, col_div=w)
+    finite, M, s = D.dense_kernel(left, right, out, "softmax", col_add=c, col_div=w)
     Lc = L + c[None, :]
     E = np.exp(Lc - Lc.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out, E / E.sum(axis=1, keepdims=True) / w, rtol=1e-13)
     np.testing.assert_allclose(M, Lc.max(axis=1), rtol=1e-15)
     np.testing.assert_allclose(s, E.sum(axis=1), rtol=1e-13)
     x, y = rng.standard_normal(m), rng.standard_normal(n)
-    np.testing.assert_allclose(K.matvec(out, x), out @ x, rtol=1e-13)
-    np.testing.assert_allclose(K.matvec(out, y, transpose=True), out.T @ y, rtol=1e-13)
+    np.testing.assert_allclose(D.matvec(out, x), out @ x, rtol=1e-13)
+    np.testing.assert_allclose(D.matvec(out, y, transpose=True), out.T @ y, rtol=1e-13)
     bad = left.copy()
     bad[3, 1] = np.inf
     with np.errstate(invalid="ignore"):         # inf * 0 inside the product
-        assert K.dense_kernel(bad, right, out) is False
+        assert D.dense_kernel(bad, right, out) is False
 
 
 def test_dense_kernel_and_matvec_bitwise_over_threads(pool_allowed):
@@ -336,8 +337,8 @@ def test_dense_kernel_and_matvec_bitwise_over_threads(pool_allowed):
     for threads in (1, 2):
         K.set_num_threads(threads)
         out = np.empty((n, n))
-        _, M, s = K.dense_kernel(left, right, out, "softmax", col_add=x, col_div=x + 1)
-        results.append((out, M, s, K.matvec(out, x), K.matvec(out, x, transpose=True)))
+        _, M, s = D.dense_kernel(left, right, out, "softmax", col_add=x, col_div=x + 1)
+        results.append((out, M, s, D.matvec(out, x), D.matvec(out, x, transpose=True)))
     for a, b in zip(*results):
         assert np.array_equal(a, b)
 

@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import ot
 
-from ._checks import as_at_least, as_count, as_float_array, as_positive, as_square, as_times
+from ._checks import as_count, as_float_array, as_positive, as_square, as_times
 from .attention import kernel_sums
 from .masked_bounds import (
     _check_sink_mass,
@@ -36,6 +35,7 @@ from .masked_bounds import (
 from .meanfield import fit_rate
 from .measures import Empirical
 from .particles import simulate
+from .transport import MARGINAL_TOL, fibre_distances, sup_fibre_distance  # noqa: F401
 
 __all__ = ["sink_positions", "with_sink", "sink_mass", "position_marginal", "shift_prefix",
            "sink_attention_share", "fibre_distances", "sup_fibre_distance",
@@ -44,8 +44,6 @@ __all__ = ["sink_positions", "with_sink", "sink_mass", "position_marginal", "shi
            "linear_sink_response", "Sensitivity", "sensitivity", "sink_mass_sweep", "prefix_sweep",
            "fit_exponent"]
 
-#: two position marginals are equal when their masses agree to this absolute tolerance
-MARGINAL_TOL = 1e-9
 
 
 def sink_positions(n, sink_mass, n_sink=None):
@@ -224,74 +222,6 @@ def sink_attention_share(A, mu):
     values = np.column_stack([w_k * (s_k == 0), w_k])
     sums = kernel_sums(mu.points @ A.T, keys, values, "softmax", q_pos=s, k_pos=s_k)
     return sums[:, 0] / sums[:, 1]
-
-
-# ---- distances fibre by fibre ------------------------------------------------------------------
-
-def fibre_distances(mu, nu, p=2):
-    r"""The Wasserstein distance :math:`W_p(\mu_s, \nu_s)` of every fibre of two measures with the
-    same position marginal.
-
-    The fibre :math:`\mu_s` holds the tokens at position :math:`s` with their weights normalised
-    to 1. Both averages of these numbers appear in the chapter "Masked attention": the
-    conditional distance :math:`W_p^{\rm cond} = (\sum_s m_s W_p(\mu_s, \nu_s)^p)^{1/p}` and the
-    supremum over fibres (:func:`sup_fibre_distance`).
-
-    Parameters
-    ----------
-    mu, nu : Empirical
-        With positions and the same position marginal (masses equal to ``MARGINAL_TOL``).
-    p : float, default 2
-        ``p >= 1``.
-
-    Returns
-    -------
-    values : ndarray, shape (K,)
-        The distinct positions, increasing.
-    masses : ndarray, shape (K,)
-        :math:`m(\{s\})` for each.
-    distances : ndarray, shape (K,)
-        :math:`W_p(\mu_s, \nu_s)`: exact OT (``ot.emd2``) in fibres of several tokens, the
-        distance of the two points in fibres of one token each (vectorised).
-    """
-    for name, meas in (("mu", mu), ("nu", nu)):
-        _positions_of(meas, name)
-    if mu.d != nu.d:
-        raise ValueError(f"mu and nu must have the same dimension, got {mu.d} and {nu.d}")
-    p = as_at_least("p", p, 1.0)
-    values, idx_mu = np.unique(mu.positions, return_inverse=True)
-    values_nu, idx_nu = np.unique(nu.positions, return_inverse=True)
-    m_mu = np.bincount(idx_mu, weights=mu.weights, minlength=values.size)
-    m_nu = np.bincount(idx_nu, weights=nu.weights, minlength=values_nu.size)
-    if values.shape != values_nu.shape or np.any(values != values_nu) \
-            or np.any(np.abs(m_mu - m_nu) > MARGINAL_TOL):
-        raise ValueError("mu and nu must have the same position marginal (same positions, masses "
-                         "equal to 1e-9)")
-    count_mu = np.bincount(idx_mu, minlength=values.size)
-    count_nu = np.bincount(idx_nu, minlength=values.size)
-    single = (count_mu == 1) & (count_nu == 1)
-    dist = np.zeros(values.size)
-    at_mu, at_nu = np.empty((values.size, mu.d)), np.empty((values.size, mu.d))
-    at_mu[idx_mu], at_nu[idx_nu] = mu.points, nu.points      # one token per fibre: scatter
-    dist[single] = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
-    for k in np.flatnonzero(~single & (m_mu > 0)):        # fibres of several tokens: exact OT
-        sel_mu, sel_nu = idx_mu == k, idx_nu == k
-        a, b = mu.weights[sel_mu] / m_mu[k], nu.weights[sel_nu] / m_nu[k]
-        diff = mu.points[sel_mu][:, None, :] - nu.points[sel_nu][None, :, :]
-        cost = np.linalg.norm(diff, axis=2) ** p
-        dist[k] = max(float(ot.emd2(a, b, cost)), 0.0) ** (1.0 / p)
-    return values, m_mu, dist
-
-
-def sup_fibre_distance(mu, nu, p=2):
-    r"""The supremum over fibres, :math:`\sup_{s:\, m(\{s\}) > 0} W_p(\mu_s, \nu_s)` (float).
-
-    The :math:`L^\infty(m)` counterpart of :math:`W_p^{\rm cond}`, the :math:`L^p(m)` average of
-    the same fibre distances (:func:`fibre_distances`). Masked attention is stable in it with
-    no atom at :math:`s = 0` (chapter "Masked attention", equation ``eq-masked-stability``).
-    """
-    _, masses, dist = fibre_distances(mu, nu, p)
-    return float(dist[masses > 0].max())
 
 
 # ---- measured sensitivity --------------------------------------------------------------------

@@ -46,7 +46,7 @@ try:  # optional: holds BLAS to one thread inside the pool
 except ImportError:  # pragma: no cover - depends on the environment
     ThreadpoolController = None
 
-__all__ = ["kernel_sums", "KERNELS", "set_num_threads", "get_num_threads", "dense_kernel", "matvec"]
+__all__ = ["kernel_sums", "KERNELS", "set_num_threads", "get_num_threads"]
 
 #: scores in one tile (32768 float64 = 256 KB, in L2 cache with its keys and values)
 _BLOCK_ENTRIES = 32_768
@@ -427,106 +427,6 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
             shift = np.empty_like(shift)
             shift[q_order] = job.shift
     return (sums, shift) if kind == "exp" else sums
-
-
-# ---------------------------------------------------------------------------------------------
-# dense kernel matrices and matrix-vector products (the Sinkhorn solver's sweeps), threaded
-# ---------------------------------------------------------------------------------------------
-
-#: rows (or columns, transposed) per block of a matrix-vector product (fixed: bitwise results)
-_MATVEC_ROWS = 128
-
-
-def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_div=None):
-    r"""Fill ``out`` (n, m) with a kernel matrix, one cache-sized row block at a time, threaded.
-
-    With the logits :math:`L = \mathrm{left}\,\mathrm{right}^	op + r_i + c_j` (``row_add``,
-    ``col_add``, each optional):
-
-    - ``kind=None``: ``out = L``;
-    - ``kind="exp"``: ``out = exp(L)``;
-    - ``kind="softmax"``: ``out_ij = exp(L_ij - M_i) / s_i / col_div_j`` with the row maximum
-      ``M_i`` and the row sum ``s_i`` of ``exp(L_ij - M_i)``.
-
-    Parameters
-    ----------
-    left : ndarray, shape (n, p)
-    right : ndarray, shape (m, p)
-    out : ndarray, shape (n, m), C-contiguous float64
-    kind : None, "exp" or "softmax"
-    row_add : ndarray, shape (n,), optional
-    col_add, col_div : ndarray, shape (m,), optional
-
-    Returns
-    -------
-    finite : bool
-        Whether every entry of ``left @ right.T`` is finite (checked block by block, in cache).
-    row_max, row_sum : ndarray, shape (n,)
-        Only for ``kind="softmax"``.
-    """
-    n, m = out.shape
-    if out.dtype != np.float64 or not out.flags.c_contiguous or left.shape[0] != n \
-            or right.shape[0] != m:
-        raise ValueError(f"out must be a C-contiguous float64 array of shape ({left.shape[0]}, "
-                         f"{right.shape[0]}), got {out.dtype} {out.shape}")
-    if kind not in (None, "exp", "softmax"):
-        raise ValueError(f"kind must be None, 'exp' or 'softmax', got {kind!r}")
-    rows = max(1, min(n, _BLOCK_ENTRIES // max(m, 1)))
-    right_t = np.ascontiguousarray(right.T)
-    finite = np.ones(-(-n // rows), dtype=bool)
-    row_max, row_sum = (np.empty(n), np.empty(n)) if kind == "softmax" else (None, None)
-
-    def task(i):
-        r0, r1 = i * rows, min(n, (i + 1) * rows)
-        L = out[r0:r1]
-        np.matmul(left[r0:r1], right_t, out=L)
-        finite[i] = np.isfinite(L).all()
-        if row_add is not None:
-            L += row_add[r0:r1, None]
-        if col_add is not None:
-            L += col_add[None, :]
-        if kind == "softmax":
-            c = np.max(L, axis=1, out=row_max[r0:r1])
-            L -= c[:, None]
-        if kind is not None:
-            np.exp(L, out=L)
-        if kind == "softmax":
-            s = np.sum(L, axis=1, out=row_sum[r0:r1])
-            L /= s[:, None]
-            if col_div is not None:
-                L /= col_div[None, :]
-
-    parallel_blocks(finite.size, task, n * m)
-    finite = bool(finite.all())
-    return (finite, row_max, row_sum) if kind == "softmax" else finite
-
-
-def matvec(matrix, x, transpose=False):
-    """``matrix @ x`` (or ``matrix.T @ x``), threaded over fixed blocks of rows (columns).
-
-    Parameters
-    ----------
-    matrix : ndarray, shape (n, m)
-    x : ndarray, shape (m,) (or (n,) when ``transpose``)
-
-    Returns
-    -------
-    ndarray, shape (n,) (or (m,))
-    """
-    n, m = matrix.shape
-    size = m if transpose else n
-    out = np.empty(size)
-    step = _MATVEC_ROWS if not transpose else 4 * _MATVEC_ROWS
-
-    def task(i):
-        a, b = i * step, min(size, (i + 1) * step)
-        if transpose:
-            np.matmul(x, matrix[:, a:b], out=out[a:b])
-        else:
-            np.matmul(matrix[a:b], x, out=out[a:b])
-
-    parallel_blocks(-(-size // step), task, n * m)
-    return out
 
 
 def weighted_values(points, weights):

@@ -15,11 +15,12 @@ import numpy as np
 import ot
 from scipy.spatial.distance import cdist
 
-from ._checks import as_at_least, as_choice, as_count, as_instance, as_seed, unit_scale
-from ._linalg import psd_sqrt
-from .measures import Empirical, Gaussian
+from .._checks import as_at_least, as_choice, as_count, as_instance, as_seed, unit_scale
+from .._linalg import psd_sqrt
+from ..measures import Empirical, Gaussian
 
-__all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein"]
+__all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein", "fibre_distances",
+           "sup_fibre_distance"]
 
 _METHODS = ("exact", "sliced")
 # network-simplex iteration budget: far above what n, m <= 10^4 needs (POT's default 1e5 is hit
@@ -380,189 +381,62 @@ def conditional_wasserstein(mu, nu, p=2):
     return float(scale * top * total ** (1.0 / p))
 
 
-# ============================================================================================
-# Bures–Wasserstein maps and geodesics; the twisted distances of a constant mobility P.
-# (Moved here from ``tpde_lib.energy``, which keeps the old names for one release; used by the
-# chapter "Gradient flows". Owned with energy.py: append-only section.)
-# ============================================================================================
+def fibre_distances(mu, nu, p=2):
+    r"""The Wasserstein distance :math:`W_p(\mu_s, \nu_s)` of every fibre of two measures with the
+    same position marginal.
 
-from ._checks import as_covariance as _as_covariance  # noqa: E402
-from ._checks import as_float_array as _as_float_array  # noqa: E402
-from ._linalg import sym_fn as _sym_fn  # noqa: E402
-
-__all__ += [
-    "bures_wasserstein_map", "bures_wasserstein_geodesic",
-    "twisted_wasserstein", "twisted_bures_wasserstein", "twisted_bures_wasserstein_geodesic",
-]
-
-
-def _check_gaussian(g, name):
-    if not isinstance(g, Gaussian):
-        raise TypeError(f"{name} must be a Gaussian, got {type(g).__name__}")
-    return g
-
-
-def _check_same_dimension(g0, g1):
-    if g0.d != g1.d:
-        raise ValueError(f"g1 must have the dimension of g0 ({g0.d}), got {g1.d}")
-
-
-def _mobility_roots(P, d):
-    r"""(:math:`P^{1/2}`, :math:`P^{-1/2}`) of a symmetric positive definite mobility ``P`` (d, d)."""
-    P = _as_covariance("P", P, d)
-    lam = np.linalg.eigvalsh(P)
-    if lam[0] <= 0:
-        raise ValueError(f"P must be symmetric positive definite (smallest eigenvalue {lam[0]:.3g})")
-    return _sym_fn(P, np.sqrt), _sym_fn(P, lambda x: 1.0 / np.sqrt(x))
-
-
-def bures_wasserstein_map(cov0, cov1):
-    r"""Matrix :math:`T` of the optimal (Brenier) map :math:`x\mapsto Tx` between centred Gaussians.
-
-    .. math:: T = \Sigma_0^{-1/2}\big(\Sigma_0^{1/2}\Sigma_1\Sigma_0^{1/2}\big)^{1/2}\Sigma_0^{-1/2}
-
-    symmetric positive semi-definite, with :math:`T\Sigma_0T = \Sigma_1` [1]_.
-
-    Parameters
-    ----------
-    cov0 : array_like, shape (d, d)
-        Positive definite.
-    cov1 : array_like, shape (d, d)
-        PSD.
-
-    Returns
-    -------
-    ndarray, shape (d, d)
-
-    References
-    ----------
-    .. [1] Peyré & Cuturi (2019), Computational Optimal Transport, Remark 2.31.
-    """
-    S0 = _as_covariance("cov0", cov0)
-    S1 = _as_covariance("cov1", cov1, S0.shape[0])
-    lam = np.linalg.eigvalsh(S0)
-    if lam[0] <= 1e-12 * max(lam[-1], np.finfo(float).tiny):
-        raise ValueError("cov0 must be positive definite for the optimal map to exist")
-    R = psd_sqrt(S0)
-    Ri = _sym_fn(S0, lambda x: 1.0 / np.sqrt(x))
-    T = Ri @ psd_sqrt(R @ S1 @ R) @ Ri
-    return 0.5 * (T + T.T)
-
-
-def bures_wasserstein_geodesic(g0, g1, s):
-    r"""Points of the :math:`W_2` geodesic between two Gaussians (McCann interpolation).
-
-    .. math::
-        \alpha_s = (1-s)\alpha_0 + s\alpha_1,\qquad
-        \Sigma_s = \big((1-s)I + sT\big)\Sigma_0\big((1-s)I + sT\big)
-
-    with :math:`T` of :func:`bures_wasserstein_map`; :math:`s\in[0,1]`.
-
-    Parameters
-    ----------
-    g0, g1 : Gaussian
-        ``g0`` with positive definite covariance.
-    s : array_like, shape (k,)
-        Interpolation times.
-
-    Returns
-    -------
-    means : ndarray, shape (k, d)
-    covs : ndarray, shape (k, d, d)
-    """
-    _check_gaussian(g0, "g0")
-    _check_gaussian(g1, "g1")
-    _check_same_dimension(g0, g1)
-    s = _as_float_array("s", s, ndim=1)
-    T = bures_wasserstein_map(g0.cov, g1.cov)
-    L = (1.0 - s)[:, None, None] * np.eye(g0.d) + s[:, None, None] * T
-    covs = L @ g0.cov @ L
-    means = (1.0 - s)[:, None] * g0.mean + s[:, None] * g1.mean
-    return means, 0.5 * (covs + np.swapaxes(covs, 1, 2))
-
-
-def twisted_wasserstein(mu, nu, P, **kwargs):
-    r"""Twisted distance :math:`d_P(\mu,\nu) = W_2\big((P^{-1/2})_\#\mu, (P^{-1/2})_\#\nu\big)`.
-
-    The distance of the kinetic energy :math:`\int\langle v, P^{-1}v\rangle\,\mathrm d\mu` of a
-    constant symmetric positive definite mobility :math:`P` (chapter "Gradient flows",
-    {eq}`eq-gf-twisted-metric`): a field :math:`\Gamma = -P\nabla\frac{\delta\mathcal E}{\delta\mu}`
-    moves :math:`y = P^{-1/2}x` by :math:`\dot y = -\nabla_y\frac{\delta\mathcal E}{\delta\mu}`, a
-    plain :math:`W_2` gradient flow. Computed with :func:`wasserstein` on the mapped points.
+    The fibre :math:`\mu_s` holds the tokens at position :math:`s` with their weights normalised
+    to 1. Both averages of these numbers appear in the chapter "Masked attention": the
+    conditional distance :math:`W_p^{\rm cond} = (\sum_s m_s W_p(\mu_s, \nu_s)^p)^{1/p}` and the
+    supremum over fibres (:func:`sup_fibre_distance`).
 
     Parameters
     ----------
     mu, nu : Empirical
-    P : array_like, shape (d, d)
-        Symmetric positive definite mobility.
-    **kwargs
-        Passed to :func:`wasserstein` (``method`` ...).
+        With positions and the same position marginal (masses equal to ``MARGINAL_TOL``).
+    p : float, default 2
+        ``p >= 1``.
 
     Returns
     -------
-    float
+    values : ndarray, shape (K,)
+        The distinct positions, increasing.
+    masses : ndarray, shape (K,)
+        :math:`m(\{s\})` for each.
+    distances : ndarray, shape (K,)
+        :math:`W_p(\mu_s, \nu_s)`: exact OT (``ot.emd2``) in fibres of several tokens, the
+        distance of the two points in fibres of one token each (vectorised).
     """
     _check_pair(mu, nu)
-    _, T = _mobility_roots(P, mu.d)
-    return wasserstein(Empirical(mu.points @ T, mu.weights), Empirical(nu.points @ T, nu.weights),
-                       p=2, **kwargs)
+    p = as_at_least("p", p, 1.0)
+    values, idx_mu, m_mu = _fibres(mu, "mu")
+    values_nu, idx_nu, m_nu = _fibres(nu, "nu")
+    if values.shape != values_nu.shape or np.any(values != values_nu) \
+            or np.any(np.abs(m_mu - m_nu) > MARGINAL_TOL):
+        raise ValueError("mu and nu must have the same position marginal (same positions, masses "
+                         "equal to 1e-9)")
+    count_mu = np.bincount(idx_mu, minlength=values.size)
+    count_nu = np.bincount(idx_nu, minlength=values.size)
+    single = (count_mu == 1) & (count_nu == 1)
+    dist = np.zeros(values.size)
+    at_mu, at_nu = np.empty((values.size, mu.d)), np.empty((values.size, mu.d))
+    at_mu[idx_mu], at_nu[idx_nu] = mu.points, nu.points      # one token per fibre: scatter
+    dist[single] = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
+    for k in np.flatnonzero(~single & (m_mu > 0)):        # fibres of several tokens: exact OT
+        sel_mu, sel_nu = idx_mu == k, idx_nu == k
+        a, b = mu.weights[sel_mu] / m_mu[k], nu.weights[sel_nu] / m_nu[k]
+        diff = mu.points[sel_mu][:, None, :] - nu.points[sel_nu][None, :, :]
+        cost = np.linalg.norm(diff, axis=2) ** p
+        dist[k] = max(float(ot.emd2(a, b, cost)), 0.0) ** (1.0 / p)
+    return values, m_mu, dist
 
 
-def twisted_bures_wasserstein(g1, g2, P):
-    r"""Twisted Bures–Wasserstein distance: :math:`W_2` of the images under :math:`x\mapsto P^{-1/2}x`.
+def sup_fibre_distance(mu, nu, p=2):
+    r"""The supremum over fibres, :math:`\sup_{s:\, m(\{s\}) > 0} W_p(\mu_s, \nu_s)` (float).
 
-    :math:`\mathcal N(\alpha,\Sigma)\mapsto\mathcal N(P^{-1/2}\alpha, P^{-1/2}\Sigma P^{-1/2})`.
-
-    Parameters
-    ----------
-    g1, g2 : Gaussian
-    P : array_like, shape (d, d), symmetric positive definite
-
-    Returns
-    -------
-    float
+    The :math:`L^\infty(m)` counterpart of :math:`W_p^{\rm cond}`, the :math:`L^p(m)` average of
+    the same fibre distances (:func:`fibre_distances`). Masked attention is stable in it with
+    no atom at :math:`s = 0` (chapter "Masked attention", equation ``eq-masked-stability``).
     """
-    _check_gaussian(g1, "g1")
-    _check_gaussian(g2, "g2")
-    _check_same_dimension(g1, g2)
-    _, T = _mobility_roots(P, g1.d)
-    return bures_wasserstein(Gaussian(T @ g1.mean, T @ g1.cov @ T),
-                             Gaussian(T @ g2.mean, T @ g2.cov @ T))
-
-
-def twisted_bures_wasserstein_geodesic(g0, g1, P, s):
-    r"""Points of the geodesic of the twisted distance :math:`d_P` between two Gaussians.
-
-    :math:`x\mapsto P^{-1/2}x` is an isometry from :math:`d_P` to :math:`W_2`, so the
-    :math:`d_P` geodesic is the image under :math:`x\mapsto P^{1/2}x` of the Bures–Wasserstein
-    geodesic (:func:`bures_wasserstein_geodesic`) between the images of ``g0``, ``g1`` under
-    :math:`x\mapsto P^{-1/2}x`:
-
-    .. math::
-        \alpha_s = (1-s)\alpha_0 + s\alpha_1,\qquad
-        \Sigma_s = P^{1/2}L_s\tilde\Sigma_0L_sP^{1/2},\quad
-        L_s = (1-s)I + s\tilde T,\ \tilde\Sigma_i = P^{-1/2}\Sigma_iP^{-1/2},
-
-    with :math:`\tilde T` the map from :math:`\tilde\Sigma_0` to :math:`\tilde\Sigma_1`. For
-    :math:`P = I` it is the Bures–Wasserstein geodesic.
-
-    Parameters
-    ----------
-    g0, g1 : Gaussian
-        ``g0`` with positive definite covariance.
-    P : array_like, shape (d, d), symmetric positive definite
-    s : array_like, shape (k,)
-
-    Returns
-    -------
-    means : ndarray, shape (k, d)
-    covs : ndarray, shape (k, d, d)
-    """
-    _check_gaussian(g0, "g0")
-    _check_gaussian(g1, "g1")
-    _check_same_dimension(g0, g1)
-    R, T = _mobility_roots(P, g0.d)
-    means, covs = bures_wasserstein_geodesic(Gaussian(T @ g0.mean, T @ g0.cov @ T),
-                                             Gaussian(T @ g1.mean, T @ g1.cov @ T), s)
-    covs = R @ covs @ R
-    return means @ R, 0.5 * (covs + np.swapaxes(covs, 1, 2))
+    _, masses, dist = fibre_distances(mu, nu, p)
+    return float(dist[masses > 0].max())

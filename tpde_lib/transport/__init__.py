@@ -1,0 +1,27 @@
+"""Optimal-transport distances between token measures.
+
+Modules: ``_wasserstein`` (W_p of empirical measures, exact or sliced; the Bures–Wasserstein
+distance of Gaussians; the conditional W_p of masked attention), ``_gaussian`` (Bures–Wasserstein
+maps and geodesics, and the twisted distances of a constant mobility).
+"""
+
+from ._gaussian import (
+    bures_wasserstein_geodesic,
+    bures_wasserstein_map,
+    twisted_bures_wasserstein,
+    twisted_bures_wasserstein_geodesic,
+    twisted_wasserstein,
+)
+from ._wasserstein import (
+    MARGINAL_TOL,
+    bures_wasserstein,
+    conditional_wasserstein,
+    fibre_distances,
+    sup_fibre_distance,
+    wasserstein,
+)
+
+__all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein", "MARGINAL_TOL",
+           "fibre_distances", "sup_fibre_distance",
+           "bures_wasserstein_map", "bures_wasserstein_geodesic", "twisted_wasserstein",
+           "twisted_bures_wasserstein", "twisted_bures_wasserstein_geodesic"]

@@ -95,6 +95,7 @@ def tiling(request, monkeypatch):
     if entries is not None:
         monkeypatch.setattr(K, "_BLOCK_ENTRIES", entries)
         monkeypatch.setattr(K, "_BLOCK_COLS", cols)
+        monkeypatch.setattr(K, "_BLOCK_COLS_WIDE", cols)
     return request.param
 
 
@@ -118,6 +119,7 @@ def test_other_kinds_match_dense(tiling, kind, masked):
 def test_callable_sees_blocks_of_the_tile_shape(monkeypatch):
     monkeypatch.setattr(K, "_BLOCK_ENTRIES", 35)
     monkeypatch.setattr(K, "_BLOCK_COLS", 7)
+    monkeypatch.setattr(K, "_BLOCK_COLS_WIDE", 7)
     shapes = []
 
     def spy(S):
@@ -265,9 +267,10 @@ def test_thread_settings(monkeypatch):
 
 @pytest.mark.parametrize("n,m", [(1, 1), (7, 100_000), (100_000, 7), (600, 600), (5000, 300)])
 def test_tiles_stay_within_the_budget(n, m):
-    rows, cols = K.block_shape(n, m)
-    assert 1 <= rows <= n and 1 <= cols <= min(m, K._BLOCK_COLS)
-    assert rows * cols <= max(K._BLOCK_ENTRIES, cols)
+    for p in (1, 4, 5, 17):
+        rows, cols = K.block_shape(n, m, p)
+        assert 1 <= rows <= min(n, K._BLOCK_ROWS) and 1 <= cols <= min(m, K._BLOCK_COLS)
+        assert rows * cols <= max(K._BLOCK_ENTRIES, cols)
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -281,7 +284,8 @@ def test_peak_memory_is_far_below_the_score_matrix(masked, pool_allowed):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     operands = 8 * n * (3 * (Q.shape[1] + 1) + 3 * values.shape[1])     # copies and output
-    # budget: two threads, each a 256 KB tile plus masks and small blocks, 2 MiB in all
+    # budget: two threads, each a 512 KB tile (65536 scores) plus its mask and small blocks,
+    # 2 MiB in all (a dense score matrix: 32 MB)
     assert peak < operands + 2 * 2**20, peak
 
 

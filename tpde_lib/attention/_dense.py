@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels import _BLOCK_ENTRIES, parallel_blocks
+from ._kernels import parallel_blocks
 
 __all__ = ["dense_kernel", "matvec"]
 
+#: scores per row block of a dense kernel (32768 float64 = 256 KB; full-width rows of m keys)
+_DENSE_BLOCK_ENTRIES = 32_768
 #: rows (or columns, transposed) per block of a matrix-vector product (fixed: bitwise results)
 _MATVEC_ROWS = 128
 
@@ -51,7 +53,7 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
                          f"{right.shape[0]}), got {out.dtype} {out.shape}")
     if kind not in (None, "exp", "softmax"):
         raise ValueError(f"kind must be None, 'exp' or 'softmax', got {kind!r}")
-    rows = max(1, min(n, _BLOCK_ENTRIES // max(m, 1)))
+    rows = max(1, min(n, _DENSE_BLOCK_ENTRIES // max(m, 1)))
     right_t = np.ascontiguousarray(right.T)
     finite = np.ones(-(-n // rows), dtype=bool)
     row_max, row_sum = (np.empty(n), np.empty(n)) if kind == "softmax" else (None, None)

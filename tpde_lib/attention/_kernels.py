@@ -12,15 +12,21 @@ the row blocks over a pool of threads (numpy releases the GIL in its matrix prod
 ufuncs), and applies the causal mask of masked attention. A reader's variant gets all of this by
 calling it with its own kernel.
 
-Speed (measured on the book's 2-core machine, ``benchmarks/velocity.py``): a tile of
-``_BLOCK_ENTRIES`` = 32768 scores (256 KB) stays in a core's L2 cache between the score product,
-the kernel and the product with the values. For ``"softmax"``/``"exp"`` the row shift is an
-upper bound :math:`U_i \ge \max_j S_{ij}` computed in :math:`O((n+m)p)` from the keys' bounding
-box and ball, and enters the score product as one more inner column (``[q_i, -U_i]\cdot[k_j,
-1]``), so each tile costs one product, one ``exp`` and one product: no max or subtraction pass.
-A row block whose bound may be loose (gap to a lower bound of the row maximum above
-``_MAX_GAP``) takes an exact row maximum in a first sweep instead: every term keeps full
-relative precision either way.
+Speed (measured on the book's 2-core machine, ``benchmarks/velocity.py``): a tile of 256
+queries by 256 keys (512 KB; 128 keys when the score product is wider than 4 columns) stays in a
+core's L2 cache (2 MB there) between the score product, the kernel and the product with the
+values. Row blocks of 256 queries are what lets the two threads scale: with 64-row blocks two
+threads took as long as one (their CPU time grew by half), with 256 rows they ran 1.6 to 1.8
+times faster. Score products and values narrower than 4 columns are padded with zero columns to
+4, which OpenBLAS multiplies faster (d = 2, one 256 x 256 tile: the two products took 0.31 ns
+per score instead of 0.46, next to 0.5 ns for the ``exp``).
+
+For ``"softmax"``/``"exp"`` the row shift is an upper bound :math:`U_i \ge \max_j S_{ij}`
+computed in :math:`O((n+m)p)` from the keys' bounding box and ball; it enters the score product
+as one more inner column (``[q_i, -U_i]\cdot[k_j, 1]``), so each tile costs one product, one
+``exp`` and one product: no max or subtraction pass. A row block whose bound may be loose (gap
+to a lower bound of the row maximum above ``_MAX_GAP``) takes an exact row maximum in a first
+sweep instead: every term keeps full relative precision either way.
 
 Threads: ``set_num_threads(k)``, else the environment variable ``TPDE_NUM_THREADS``, else the
 number of cores available to the process. The row blocks, their tiles and every arithmetic
@@ -48,12 +54,18 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = ["kernel_sums", "KERNELS", "set_num_threads", "get_num_threads"]
 
-#: scores in one tile (32768 float64 = 256 KB, in L2 cache with its keys and values)
-_BLOCK_ENTRIES = 32_768
-#: at most this many keys per tile: longer rows are summed tile by tile
-_BLOCK_COLS = 512
-#: a threaded call splits its rows into at least this many blocks (load balance up to 16 threads)
-_MIN_BLOCKS = 16
+#: scores in one tile at most (65536 float64 = 512 KB, in L2 cache with its keys and values)
+_BLOCK_ENTRIES = 65_536
+#: at most this many queries per row block (what lets two threads scale, measured)
+_BLOCK_ROWS = 256
+#: at most this many keys per tile when the score product has at most 4 columns (``_NARROW``)
+_BLOCK_COLS = 256
+#: ... and when it is wider (thin matrix products run faster on shorter tiles, measured)
+_BLOCK_COLS_WIDE = 128
+#: inner and value widths below this are padded with zero columns to it
+_NARROW = 4
+#: a threaded call splits its rows into at least this many blocks (short calls still use 2+ threads)
+_MIN_BLOCKS = 4
 #: calls with fewer scores (n m) run on the calling thread (the pool costs ~0.1 ms)
 _PARALLEL_ENTRIES = 1 << 18
 #: largest gap U_i - L_i (upper bound of the row maximum minus a lower bound) for which the
@@ -189,10 +201,11 @@ def _check_2d(name, value, cols=None):
         raise ValueError(f"{name} must have {cols} columns, got shape {value.shape}")
 
 
-def block_shape(n, m):
-    """(rows, columns) of a tile for ``n`` queries and ``m`` keys, from the shapes alone."""
-    cols = max(1, min(m, _BLOCK_COLS))
-    rows = max(1, min(n, _BLOCK_ENTRIES // cols))
+def block_shape(n, m, p=_NARROW):
+    """(rows, columns) of a tile for ``n`` queries, ``m`` keys and ``p`` score columns, from the
+    shapes alone."""
+    cols = max(1, min(m, _BLOCK_COLS if p <= _NARROW else _BLOCK_COLS_WIDE))
+    rows = max(1, min(n, _BLOCK_ROWS, _BLOCK_ENTRIES // cols))
     if n * m >= _PARALLEL_ENTRIES:          # enough blocks for the pool, rows a multiple of 8
         rows = max(1, min(rows, 8 * -(-n // (8 * _MIN_BLOCKS))))
     return rows, cols
@@ -205,9 +218,13 @@ def _shift_bounds(Q, keys, cnt):
     bound :math:`q_i\cdot z + |q_i|\,r` (centre ``z`` of the box, radius ``r``), over the visible
     prefix of the keys (sorted by position) when masked. O((n + m) p).
     """
-    hi, lo = keys.max(axis=0), keys.min(axis=0)
+    # numpy reduces a short axis slowly (measured: 16 us for the column maxima of (1000, 2) keys,
+    # 2 us through the transposed copy): row sums as products, column extremes of a copy
+    ones = np.ones(keys.shape[1])
+    keys_t = np.ascontiguousarray(keys.T)
+    hi, lo = keys_t.max(axis=1), keys_t.min(axis=1)
     centre = 0.5 * (hi + lo)
-    radius = np.sqrt(((keys - centre) ** 2).sum(axis=1))
+    radius = np.sqrt(((keys - centre) ** 2) @ ones)
     if cnt is None:
         hi, lo, radius = hi[None, :], lo[None, :], radius.max()
     else:
@@ -215,9 +232,16 @@ def _shift_bounds(Q, keys, cnt):
         hi = np.maximum.accumulate(keys, axis=0)[last]
         lo = np.minimum.accumulate(keys, axis=0)[last]
         radius = np.maximum.accumulate(radius)[last]
-    box = np.maximum(Q * hi, Q * lo).sum(axis=1)
-    ball = Q @ centre + np.sqrt((Q * Q).sum(axis=1)) * radius
+    box = np.maximum(Q * hi, Q * lo) @ ones
+    ball = Q @ centre + np.sqrt((Q * Q) @ ones) * radius
     return np.minimum(box, ball)
+
+
+def _pad_columns(a):
+    """``a`` with zero columns appended up to ``_NARROW`` columns (``a`` itself if wide enough)."""
+    if a.shape[1] >= _NARROW:
+        return a
+    return np.hstack([a, np.zeros((a.shape[0], _NARROW - a.shape[1]))])
 
 
 def _sample_keys(keys):
@@ -239,10 +263,9 @@ class _Job:
         n, p = queries.shape
         m = keys.shape[0]
         self.kind, self.cnt, self.p, self.n = kind, cnt, p, n
-        self.rows, self.cols = block_shape(n, m)
-        self.nblocks = -(-n // self.rows) if m else 0
-        self.values = values
-        self.sums = np.zeros((n, values.shape[1]))
+        self.c = values.shape[1]
+        self.values = _pad_columns(values)
+        self.sums = np.zeros((n, self.values.shape[1]))
         self.exponential = kind in ("softmax", "exp")
         if self.exponential:
             # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
@@ -253,6 +276,10 @@ class _Job:
             self.samples, self.sample_t = samples, np.ascontiguousarray(keys[samples].T)
         else:
             self.lhs, self.keys = (-queries if kind == "sigmoid" else queries), keys
+        # zero columns: the same scores, a faster product (the shift column stays at index p)
+        self.lhs, self.keys = _pad_columns(self.lhs), _pad_columns(self.keys)
+        self.rows, self.cols = block_shape(n, m, self.lhs.shape[1])
+        self.nblocks = -(-n // self.rows) if m else 0
 
     def _hidden(self, r0, r1, c0, c1):
         """Mask (c1 - c0, r1 - r0) of the keys c0..c1 hidden from the rows r0..r1 (True: hidden)."""
@@ -301,7 +328,7 @@ class _Job:
         tile = np.empty((min(cols, ncols), r1 - r0))
         if self.exponential and self._needs_exact(r0, r1):
             self.shift[r0:r1] = self._exact_max(r0, r1, ncols, tile)
-            self.lhs[r0:r1, -1] = -self.shift[r0:r1]
+            self.lhs[r0:r1, self.p] = -self.shift[r0:r1]
         lhs_t = np.ascontiguousarray(self.lhs[r0:r1].T)
         out = self.sums[r0:r1]
         part = np.empty_like(out)
@@ -369,7 +396,7 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
 
     Notes
     -----
-    Memory: each thread holds one tile of at most ``_BLOCK_ENTRIES`` (32768) scores; besides
+    Memory: each thread holds one tile of at most ``_BLOCK_ENTRIES`` (131072) scores; besides
     the output, the operands are copied once (sorted by position when masked), O((n + m) p).
     With a mask, the keys and queries are ordered by position, a row block computes only the
     keys its last query sees, and only the tiles its queries partly see are masked. A query with
@@ -412,6 +439,7 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
         cnt = np.searchsorted(k_sorted, q_pos[q_order], side="right")   # keys seen by query i
     job = _Job(queries, keys, values, kind, cnt)
     parallel_blocks(job.nblocks, job.block, n * m)
+    job.sums = job.sums[:, :job.c]
     sums = job.sums
     shift = job.shift if job.exponential else None
     if job.exponential:

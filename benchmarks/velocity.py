@@ -19,7 +19,9 @@ Prints, side by side in one run, for n = 1000, 4000, 16000 tokens and d = 2, 16:
   at 3 GiB: time and peak resident memory.
 
 Every time is the smallest of a few repeats (the least disturbed by the other processes of a
-shared machine); the load average is printed with the table. Run: ``python
+shared machine), taken over three rounds in which ours, numpy's and jax's take turns (blocks of
+calls), so that their ratios compare the same conditions; the load average is printed with the
+table. Run: ``python
 benchmarks/velocity.py [--quick]`` (``--quick``: n = 1000, 4000 only). BLAS threads default to 1
 (``OPENBLAS_NUM_THREADS``): ``kernel_sums`` threads over row blocks itself (``TPDE_NUM_THREADS``,
 default: all cores), and JAX uses its own thread pool.
@@ -68,15 +70,25 @@ def best_time(fn, repeat=3):
     return min(times)
 
 
-def best_wall_cpu(fn, repeat=3):
-    """Smallest wall time and smallest CPU time (all threads of this process) of ``repeat`` calls."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return min(wall), min(cpu)
+def interleaved_best(fns, repeat=3, rounds=3):
+    """Smallest wall time of each of ``fns``: ``rounds`` rounds of ``repeat`` calls of each in turn.
+
+    Also the first one's smallest CPU time. Taking turns in blocks lets each see the machine's
+    varying state (other processes, frequency) several times, so that their ratios are fair;
+    calls within a block are consecutive because jax's worker threads keep spinning for a while
+    after each jax call, which would slow a call of ours made right after it.
+    """
+    wall = [np.inf] * len(fns)
+    cpu = np.inf
+    for _ in range(rounds):
+        for k, fn in enumerate(fns):
+            for _ in range(repeat):
+                t0, c0 = time.perf_counter(), time.process_time()
+                fn()
+                wall[k] = min(wall[k], time.perf_counter() - t0)
+                if k == 0:
+                    cpu = min(cpu, time.process_time() - c0)
+    return wall, cpu
 
 
 def exp_seconds():
@@ -180,26 +192,22 @@ def velocity_table(sizes=(1000, 4000, 16000), dims=(2, 16), seed=0):
             plain_ok = 8 * n * n <= PLAIN_MAX_BYTES
             jax_ok = jax is not None and 8 * n * n <= JAX_MAX_BYTES
             for name, ours, plain in cases:
-                repeat = {1000: 15, 4000: 5}.get(n, 2)
-                ours()                                            # warm up
-                t, cpu = best_wall_cpu(ours, repeat)
-                v = ours()
-                ref, cols = None, []
+                repeat = {1000: 8, 4000: 3}.get(n, 1)
+                v = ours()                                        # warm up
+                fns, ref = [ours], None
                 if plain_ok:
-                    tp = best_time(lambda f=plain, X=X: f(np, X), repeat)
                     ref = plain(np, X)
-                    cols.append(f"{t / tp:8.2f}")
-                else:
-                    cols.append(f"{'-':>8s}")
+                    fns.append(lambda f=plain, X=X: f(np, X))
                 if jax_ok:
                     Xj = jnp.asarray(X)
                     fj = jax.jit(lambda Xj, f=plain: f(jnp, Xj))
                     vj = np.asarray(fj(Xj).block_until_ready())       # compile
-                    tj = best_time(lambda f=fj, a=Xj: f(a).block_until_ready(), repeat)
                     ref = vj if ref is None else ref
-                    cols.append(f"{t / tj:8.2f}")
-                else:
-                    cols.append(f"{'-':>8s}")
+                    fns.append(lambda f=fj, a=Xj: f(a).block_until_ready())
+                times, cpu = interleaved_best(fns, repeat)
+                t, others = times[0], iter(times[1:])
+                cols = [f"{t / next(others):8.2f}" if ok else f"{'-':>8s}"
+                        for ok in (plain_ok, jax_ok)]
                 diff = (f"{np.abs(v - ref).max() / np.abs(ref).max():11.1e}" if ref is not None
                         else f"{'-':>11s}")
                 print(f"{n:6d}{d:4d}  {name:22s}{t * 1e3:10.1f}{t / bound:9.2f}"

@@ -225,15 +225,16 @@ def _shift_bounds(Q, keys, cnt):
     hi, lo = keys_t.max(axis=1), keys_t.min(axis=1)
     centre = 0.5 * (hi + lo)
     radius = np.sqrt(((keys - centre) ** 2) @ ones)
-    if cnt is None:
-        hi, lo, radius = hi[None, :], lo[None, :], radius.max()
+    qc, q_norm = Q @ centre, np.sqrt(np.einsum("ij,ij->i", Q, Q))
+    if cnt is None:   # sum_p max(q_p h_p, q_p l_p) = q . z + |q| . (h - l) / 2
+        box = qc + np.abs(Q) @ (0.5 * (hi - lo))
+        ball = qc + q_norm * radius.max()
     else:
         last = np.maximum(cnt - 1, 0)
         hi = np.maximum.accumulate(keys, axis=0)[last]
         lo = np.minimum.accumulate(keys, axis=0)[last]
-        radius = np.maximum.accumulate(radius)[last]
-    box = np.maximum(Q * hi, Q * lo) @ ones
-    ball = Q @ centre + np.sqrt((Q * Q) @ ones) * radius
+        box = np.maximum(Q * hi, Q * lo) @ ones
+        ball = qc + q_norm * np.maximum.accumulate(radius)[last]
     return np.minimum(box, ball)
 
 
@@ -247,7 +248,8 @@ def _pad_columns(a):
 def _sample_keys(keys):
     """Indices (sorted) of the keys extreme along each coordinate and of evenly spaced keys."""
     m = keys.shape[0]
-    idx = np.concatenate([keys.argmax(axis=0), keys.argmin(axis=0),
+    keys_t = np.ascontiguousarray(keys.T)          # a short-axis argmax is slow (see above)
+    idx = np.concatenate([keys_t.argmax(axis=1), keys_t.argmin(axis=1),
                           np.linspace(0, m - 1, min(m, _SAMPLE_KEYS)).astype(np.intp)])
     return np.unique(idx)
 
@@ -274,6 +276,8 @@ class _Job:
             self.keys = np.hstack([keys, np.ones((m, 1))])
             samples = _sample_keys(keys) if m else np.zeros(0, dtype=np.intp)
             self.samples, self.sample_t = samples, np.ascontiguousarray(keys[samples].T)
+            if cnt is None and m:   # lower bounds of the row maxima, all rows in one product
+                self.low = (keys[samples] @ queries.T).max(axis=0)
         else:
             self.lhs, self.keys = (-queries if kind == "sigmoid" else queries), keys
         # zero columns: the same scores, a faster product (the shift column stays at index p)
@@ -287,17 +291,18 @@ class _Job:
 
     def _needs_exact(self, r0, r1):
         """Whether the bound U of rows r0..r1 may be far from the row maximum (or too large)."""
-        q, U = self.lhs[r0:r1, :self.p], self.shift[r0:r1]
-        sc = q @ self.sample_t                                   # (b, s) lower bounds
-        if self.cnt is not None:
+        U = self.shift[r0:r1]
+        if self.cnt is None:
+            low = self.low[r0:r1]
+        else:
+            q = self.lhs[r0:r1, :self.p]
+            sc = q @ self.sample_t                               # (b, s) lower bounds
             cnt = self.cnt[r0:r1]
             sc[self.samples[None, :] >= cnt[:, None]] = -np.inf
             last = self.keys[np.maximum(cnt - 1, 0), :self.p]     # the last visible key
             low = np.maximum(sc.max(axis=1), np.einsum("ij,ij->i", q, last))
             seen = cnt > 0
             U, low = U[seen], low[seen]
-        else:
-            low = sc.max(axis=1)
         if U.size == 0:
             return False
         return bool(np.max(U - low) > _MAX_GAP or (self.kind == "exp" and U.max() > _EXP_SHIFT_MAX))

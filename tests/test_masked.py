@@ -231,11 +231,9 @@ def test_masked_lipschitz_bound_holds_for_random_same_marginal_pairs(seed):
     assert np.all(np.array(gap) <= L_mu * at_token)
 
 
-@pytest.mark.parametrize("m", [0.5, 0.1, 0.01])
-def test_masked_lipschitz_bound_is_attained_by_a_sink_shift_at_small_scores(m):
-    # A ~ 0: the sink's field is V times the mean of its fibre; shifting that fibre by delta along
-    # V's top right singular vector changes the field at s = 0 by ||V|| |delta|, while
-    # W_1^cond = m |delta|: the 1/m({0}) of the bound is needed, and then nearly attained
+def _sink_shift(m):
+    """Shift the 4 sink tokens (mass m) of a 20-token cloud by delta along V's top right
+    singular vector at A ~ 0: (A, V, mu, nu, largest field change at the sink, radius R)."""
     A, V = 1e-4 * RNG_A, RNG_V
     delta = 0.01 * np.linalg.svd(V)[2][0]
     mu = with_sink(np.random.default_rng(0).uniform(-0.3, 0.3, (20, 2)), m, n_sink=4)
@@ -245,7 +243,15 @@ def test_masked_lipschitz_bound_is_attained_by_a_sink_shift_at_small_scores(m):
                       positions=np.r_[np.zeros(4), nu.positions])
     att = Softmax(A, V, causal=True)
     gap = np.linalg.norm(att.velocity(mu)[:4] - att.velocity(probe)[:4], axis=1).max()
-    R = np.linalg.norm(probe.points, axis=1).max()
+    return A, V, mu, nu, gap, np.linalg.norm(probe.points, axis=1).max()
+
+
+@pytest.mark.parametrize("m", [0.5, 0.1, 0.01])
+def test_masked_lipschitz_bound_is_attained_by_a_sink_shift_at_small_scores(m):
+    # A ~ 0: the sink's field is V times the mean of its fibre; shifting that fibre by delta along
+    # V's top right singular vector changes the field at s = 0 by ||V|| |delta|, while
+    # W_1^cond = m |delta|: the 1/m({0}) of the bound is needed, and then nearly attained
+    A, V, mu, nu, gap, R = _sink_shift(m)
     bound = masked_lipschitz_constant(A, V, R, m) * conditional_wasserstein(mu, nu, 1)
     # the constant's slack at A -> 0 is (1 + 2|A|R^2) e^{2|A|R^2} - 1 ~ 1e-4: 1 % is ample
     assert 0.99 * bound <= gap <= bound
@@ -425,15 +431,8 @@ def test_masked_lipschitz_constant_for_each_distance():
 @pytest.mark.parametrize("p", [1, 2])
 def test_pointwise_constant_in_wp_cond_is_attained_by_a_sink_shift(p):
     # A ~ 0: at s = 0 the field moves by ||V|| |delta| while W_p^cond = m^(1/p) |delta|
-    A, V, m = 1e-4 * RNG_A, RNG_V, 0.02
-    delta = 0.01 * np.linalg.svd(V)[2][0]
-    mu = with_sink(np.random.default_rng(0).uniform(-0.3, 0.3, (20, 2)), m, n_sink=4)
-    nu = shift_prefix(mu, delta)
-    probe = Empirical(np.vstack([mu.points[:4], nu.points]), weights=np.r_[np.zeros(4), nu.weights],
-                      positions=np.r_[np.zeros(4), nu.positions])
-    att = Softmax(A, V, causal=True)
-    gap = np.linalg.norm(att.velocity(mu)[:4] - att.velocity(probe)[:4], axis=1).max()
-    R = np.linalg.norm(probe.points, axis=1).max()
+    m = 0.02
+    A, V, mu, nu, gap, R = _sink_shift(m)
     bound = masked_lipschitz_constant(A, V, R, m, p=p) * conditional_wasserstein(mu, nu, p)
     assert 0.99 * bound <= gap <= bound
 

@@ -211,17 +211,17 @@ def block_shape(n, m, p=_NARROW):
     return rows, cols
 
 
-def _shift_bounds(Q, keys, cnt):
+def _shift_bounds(Q, keys, keys_t, cnt):
     r"""Upper bounds :math:`U_i \ge \max_{j < c_i} q_i\cdot k_j` (all keys if ``cnt`` is None).
 
     The smaller of the bounding-box bound :math:`\sum_p \max(q_{ip}h_p, q_{ip}l_p)` and the ball
     bound :math:`q_i\cdot z + |q_i|\,r` (centre ``z`` of the box, radius ``r``), over the visible
-    prefix of the keys (sorted by position) when masked. O((n + m) p).
+    prefix of the keys (sorted by position) when masked; ``keys_t`` is ``keys.T``, contiguous.
+    O((n + m) p).
     """
     # numpy reduces a short axis slowly (measured: 16 us for the column maxima of (1000, 2) keys,
     # 2 us through the transposed copy): row sums as products, column extremes of a copy
     ones = np.ones(keys.shape[1])
-    keys_t = np.ascontiguousarray(keys.T)
     hi, lo = keys_t.max(axis=1), keys_t.min(axis=1)
     centre = 0.5 * (hi + lo)
     radius = np.sqrt(((keys - centre) ** 2) @ ones)
@@ -245,10 +245,12 @@ def _pad_columns(a):
     return np.hstack([a, np.zeros((a.shape[0], _NARROW - a.shape[1]))])
 
 
-def _sample_keys(keys):
-    """Indices (sorted) of the keys extreme along each coordinate and of evenly spaced keys."""
-    m = keys.shape[0]
-    keys_t = np.ascontiguousarray(keys.T)          # a short-axis argmax is slow (see above)
+def _sample_keys(keys_t):
+    """Indices (sorted) of the keys extreme along each coordinate and of evenly spaced keys.
+
+    ``keys_t``: the keys transposed, contiguous (a short-axis argmax is slow, see above).
+    """
+    m = keys_t.shape[1]
     idx = np.concatenate([keys_t.argmax(axis=1), keys_t.argmin(axis=1),
                           np.linspace(0, m - 1, min(m, _SAMPLE_KEYS)).astype(np.intp)])
     return np.unique(idx)
@@ -271,10 +273,11 @@ class _Job:
         self.exponential = kind in ("softmax", "exp")
         if self.exponential:
             # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
-            self.shift = _shift_bounds(queries, keys, cnt) if m else np.zeros(n)
+            keys_t = np.ascontiguousarray(keys.T)
+            self.shift = _shift_bounds(queries, keys, keys_t, cnt) if m else np.zeros(n)
             self.lhs = np.hstack([queries, -self.shift[:, None]])
             self.keys = np.hstack([keys, np.ones((m, 1))])
-            samples = _sample_keys(keys) if m else np.zeros(0, dtype=np.intp)
+            samples = _sample_keys(keys_t) if m else np.zeros(0, dtype=np.intp)
             self.samples, self.sample_t = samples, np.ascontiguousarray(keys[samples].T)
             if cnt is None and m:   # lower bounds of the row maxima, all rows in one product
                 self.low = (keys[samples] @ queries.T).max(axis=0)
@@ -444,8 +447,7 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
         cnt = np.searchsorted(k_sorted, q_pos[q_order], side="right")   # keys seen by query i
     job = _Job(queries, keys, values, kind, cnt)
     parallel_blocks(job.nblocks, job.block, n * m)
-    job.sums = job.sums[:, :job.c]
-    sums = job.sums
+    sums = job.sums[:, :job.c]                        # without the padding columns
     shift = job.shift if job.exponential else None
     if job.exponential:
         empty = np.zeros(n, dtype=bool) if cnt is None else cnt == 0
@@ -454,8 +456,8 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
         sums[empty] = np.nan
         shift[empty] = -np.inf
     if q_order is not None:
-        sums = np.empty_like(sums)
-        sums[q_order] = job.sums
+        sorted_sums, sums = sums, np.empty_like(sums)
+        sums[q_order] = sorted_sums
         if shift is not None:
             shift = np.empty_like(shift)
             shift[q_order] = job.shift

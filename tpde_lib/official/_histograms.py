@@ -352,6 +352,14 @@ class EulerBudgetRun:
     last: np.ndarray
 
 
+def _draw_inits(setting, n_draws, init_index):
+    """The number ``n`` of draws run and their initial covariances, shape (n, d, d): draw ``i``
+    starts from initial condition ``init_index[i]`` (default ``i``)."""
+    n = setting.Q.shape[0] if n_draws is None else int(n_draws)
+    idx = np.arange(n) if init_index is None else np.asarray(init_index, dtype=int)[:n]
+    return n, histogram_inits(setting.d, int(idx.max()) + 1)[idx]
+
+
 def histogram_euler_budget(setting, max_iter, n_draws=None, init_index=None):
     r"""The authors' Euler runs for a histogram panel, one run per draw, on a budget.
 
@@ -363,10 +371,8 @@ def histogram_euler_budget(setting, max_iter, n_draws=None, init_index=None):
     EulerBudgetRun
     """
     s = setting
-    n = s.Q.shape[0] if n_draws is None else int(n_draws)
-    idx = np.arange(n) if init_index is None else np.asarray(init_index, dtype=int)[:n]
+    n, inits = _draw_inits(s, n_draws, init_index)
     atts = s.attentions()[:n]
-    inits = histogram_inits(s.d, int(idx.max()) + 1)[idx]
     res = run_paper_euler(lambda m: covariance_rhs([atts[b] for b in m]), inits, s.euler,
                           record_every=10**9, chunk=400, max_iter=max_iter)
     lam = np.linalg.eigvalsh(res.last)
@@ -407,9 +413,7 @@ def histogram_accurate(setting, horizon=1e3, n_draws=None, init_index=None, rtol
     AccurateLimits
     """
     s = setting
-    n = s.Q.shape[0] if n_draws is None else int(n_draws)
-    idx = np.arange(n) if init_index is None else np.asarray(init_index, dtype=int)[:n]
-    inits = histogram_inits(s.d, int(idx.max()) + 1)[idx]
+    n, inits = _draw_inits(s, n_draws, init_index)
     batch = simulate_gaussian_batch(s.attentions()[:n], inits, np.array([0.0, horizon]),
                                     rtol=rtol, atol=atol)
     cov = batch.cov[:, -1]

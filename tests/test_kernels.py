@@ -90,12 +90,14 @@ TILINGS = [(None, None), (35, 7), (24, 5), (53 * 37, 53), (1, 1)]   # (entries, 
 
 @pytest.fixture(params=TILINGS, ids=lambda t: f"tile{t[0]}x{t[1]}")
 def tiling(request, monkeypatch):
-    """Tiles of several shapes: partial last row blocks and partial last column tiles."""
+    """Tiles of several shapes: partial last row blocks and partial last column tiles; full
+    tiles batched two by two (a ragged last chunk when their number is odd)."""
     entries, cols = request.param
     if entries is not None:
         monkeypatch.setattr(K, "_BLOCK_ENTRIES", entries)
         monkeypatch.setattr(K, "_BLOCK_COLS", cols)
         monkeypatch.setattr(K, "_BLOCK_COLS_WIDE", cols)
+        monkeypatch.setattr(K, "_CHUNK_ENTRIES", 2 * entries)
     return request.param
 
 

@@ -19,7 +19,11 @@ values. Row blocks of 256 queries are what lets the two threads scale: with 64-r
 threads took as long as one (their CPU time grew by half), with 256 rows they ran 1.6 to 1.8
 times faster. Score products and values narrower than 4 columns are padded with zero columns to
 4, which OpenBLAS multiplies faster (d = 2, one 256 x 256 tile: the two products took 0.31 ns
-per score instead of 0.46, next to 0.5 ns for the ``exp``).
+per score instead of 0.46, next to 0.5 ns for the ``exp``). The full tiles a whole row block
+sees are computed two at a time when the tiles are 128 keys wide (``_CHUNK_ENTRIES``): a thread
+that finishes a numpy call must take the GIL back, and waits when the other thread holds it, so
+fewer, longer calls let two threads scale better (measured: the same tile loop scaled 1.78 in
+two threads and 2.0 in two processes).
 
 For ``"softmax"``/``"exp"`` the row shift is an upper bound :math:`U_i \ge \max_j S_{ij}`
 computed in :math:`O((n+m)p)` from the keys' bounding box and ball; it enters the score product
@@ -66,6 +70,9 @@ _BLOCK_COLS_WIDE = 128
 _NARROW = 4
 #: a threaded call splits its rows into at least this many blocks (short calls still use 2+ threads)
 _MIN_BLOCKS = 4
+#: full tiles are batched into one product and one kernel call of at most this many scores
+#: (more work per numpy call, so the threads wait less for the GIL between calls; measured)
+_CHUNK_ENTRIES = 65_536
 #: calls with fewer scores (n m) run on the calling thread (the pool costs ~0.1 ms)
 _PARALLEL_ENTRIES = 1 << 18
 #: largest gap U_i - L_i (upper bound of the row maximum minus a lower bound) for which the
@@ -212,11 +219,14 @@ def block_shape(n, m, p=_NARROW):
 
 
 def _shift_bounds(Q, keys, keys_t, cnt):
-    r"""Upper bounds :math:`U_i \ge \max_{j < c_i} q_i\cdot k_j` (all keys if ``cnt`` is None).
+    r"""Upper bounds :math:`U_i \ge \max_{j < c_i} q_i\cdot k_j` (all keys if ``cnt`` is None), and
+    lower bounds :math:`L_i \le` the same maximum.
 
-    The smaller of the bounding-box bound :math:`\sum_p \max(q_{ip}h_p, q_{ip}l_p)` and the ball
-    bound :math:`q_i\cdot z + |q_i|\,r` (centre ``z`` of the box, radius ``r``), over the visible
-    prefix of the keys (sorted by position) when masked; ``keys_t`` is ``keys.T``, contiguous.
+    :math:`U_i` is the smaller of the bounding-box bound :math:`\sum_p \max(q_{ip}h_p, q_{ip}l_p)`
+    and the ball bound :math:`q_i\cdot z + |q_i|\,r_i`, where ``z`` is the centre of the box and
+    :math:`r_i` the largest distance to ``z`` of a key the row sees (keys sorted by position when
+    masked); :math:`L_i = q_i\cdot z - |q_i|\,r_i`, since every such key has
+    :math:`q_i\cdot k \ge q_i\cdot z - |q_i|\,|k - z|`. ``keys_t`` is ``keys.T``, contiguous.
     O((n + m) p).
     """
     # numpy reduces a short axis slowly (measured: 16 us for the column maxima of (1000, 2) keys,
@@ -228,14 +238,14 @@ def _shift_bounds(Q, keys, keys_t, cnt):
     qc, q_norm = Q @ centre, np.sqrt(np.einsum("ij,ij->i", Q, Q))
     if cnt is None:   # sum_p max(q_p h_p, q_p l_p) = q . z + |q| . (h - l) / 2
         box = qc + np.abs(Q) @ (0.5 * (hi - lo))
-        ball = qc + q_norm * radius.max()
+        reach = q_norm * radius.max()
     else:
         last = np.maximum(cnt - 1, 0)
         hi = np.maximum.accumulate(keys, axis=0)[last]
         lo = np.minimum.accumulate(keys, axis=0)[last]
         box = np.maximum(Q * hi, Q * lo) @ ones
-        ball = qc + q_norm * np.maximum.accumulate(radius)[last]
-    return np.minimum(box, ball)
+        reach = q_norm * np.maximum.accumulate(radius)[last]
+    return np.minimum(box, qc + reach), qc - reach
 
 
 def _pad_columns(a):
@@ -260,7 +270,10 @@ class _Job:
     """One call of :func:`kernel_sums`: its operands in computation order and its block task.
 
     Tiles are stored transposed, ``T = keys_tile @ queries_block.T`` of shape (c_b, b): this
-    orientation of the thin score product is the faster one in OpenBLAS (measured).
+    orientation of the thin score product is the faster one in OpenBLAS (measured). The full
+    tiles that every row of a block sees are computed a chunk of several at a time, by batched
+    (3-d) products and one kernel call over the chunk: the work per numpy call, between which
+    a thread needs the GIL back, is then several times larger (see ``_CHUNK_ENTRIES``).
     """
 
     def __init__(self, queries, keys, values, kind, cnt):
@@ -269,46 +282,83 @@ class _Job:
         self.kind, self.cnt, self.p, self.n = kind, cnt, p, n
         self.c = values.shape[1]
         self.values = _pad_columns(values)
-        self.sums = np.zeros((n, self.values.shape[1]))
+        # every row block writes all its rows; with no keys there is no block
+        self.sums = (np.empty if m else np.zeros)((n, self.values.shape[1]))
         self.exponential = kind in ("softmax", "exp")
         if self.exponential:
             # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
             keys_t = np.ascontiguousarray(keys.T)
-            self.shift = _shift_bounds(queries, keys, keys_t, cnt) if m else np.zeros(n)
-            self.lhs = np.hstack([queries, -self.shift[:, None]])
-            self.keys = np.hstack([keys, np.ones((m, 1))])
-            samples = _sample_keys(keys_t) if m else np.zeros(0, dtype=np.intp)
-            self.samples, self.sample_t = samples, np.ascontiguousarray(keys[samples].T)
-            if cnt is None and m:   # lower bounds of the row maxima, all rows in one product
-                self.low = (keys[samples] @ queries.T).max(axis=0)
+            if m:
+                self.shift, self.low = _shift_bounds(queries, keys, keys_t, cnt)
+            else:
+                self.shift = self.low = np.zeros(n)
+            self.keys_t, self.samples = keys_t, None
+            lhs = np.empty((n, max(p + 1, _NARROW)))
+            lhs[:, :p], lhs[:, p], lhs[:, p + 1:] = queries, -self.shift, 0.0
+            ext = np.zeros((m, lhs.shape[1]))
+            ext[:, :p], ext[:, p] = keys, 1.0
+            self.lhs, self.keys = lhs, ext
         else:
-            self.lhs, self.keys = (-queries if kind == "sigmoid" else queries), keys
+            self.lhs = _pad_columns(-queries if kind == "sigmoid" else queries)
+            self.keys = _pad_columns(keys)
         # zero columns: the same scores, a faster product (the shift column stays at index p)
-        self.lhs, self.keys = _pad_columns(self.lhs), _pad_columns(self.keys)
         self.rows, self.cols = block_shape(n, m, self.lhs.shape[1])
         self.nblocks = -(-n // self.rows) if m else 0
+        nfull = m // self.cols
+        self.keys3 = self.keys[: nfull * self.cols].reshape(nfull, self.cols, self.keys.shape[1])
+        self.values3 = self.values[: nfull * self.cols].reshape(nfull, self.cols,
+                                                                 self.values.shape[1])
+        # full tiles per batched call (1 for a callable kernel, which is applied tile by tile)
+        self.chunk = 1 if callable(kind) else max(1, _CHUNK_ENTRIES // (self.rows * self.cols))
+        self.scratch = {}
+
+    def _buffers(self):
+        """This thread's tile chunk and partial sums (allocated once per thread and call)."""
+        key = threading.get_ident()
+        bufs = self.scratch.get(key)
+        if bufs is None:
+            ntiles = -(-self.keys.shape[0] // self.cols)
+            bufs = (np.empty(self.chunk * self.cols * self.rows),
+                    np.empty(ntiles * self.rows * self.values.shape[1]))
+            self.scratch[key] = bufs
+        return bufs
 
     def _hidden(self, r0, r1, c0, c1):
         """Mask (c1 - c0, r1 - r0) of the keys c0..c1 hidden from the rows r0..r1 (True: hidden)."""
         return np.arange(c0, c1)[:, None] >= self.cnt[None, r0:r1]
 
     def _needs_exact(self, r0, r1):
-        """Whether the bound U of rows r0..r1 may be far from the row maximum (or too large)."""
-        U = self.shift[r0:r1]
-        if self.cnt is None:
-            low = self.low[r0:r1]
-        else:
-            q = self.lhs[r0:r1, :self.p]
-            sc = q @ self.sample_t                               # (b, s) lower bounds
-            cnt = self.cnt[r0:r1]
-            sc[self.samples[None, :] >= cnt[:, None]] = -np.inf
-            last = self.keys[np.maximum(cnt - 1, 0), :self.p]     # the last visible key
-            low = np.maximum(sc.max(axis=1), np.einsum("ij,ij->i", q, last))
+        """Whether the bound U of rows r0..r1 may be far from the row maximum (or too large).
+
+        First the free lower bound of ``_shift_bounds``; where it leaves a gap above
+        ``_MAX_GAP``, the scores of a sample of keys (the extreme ones along each coordinate and
+        evenly spaced ones, those the rows see) and of each row's last visible key.
+        """
+        U, low = self.shift[r0:r1], self.low[r0:r1]
+        cnt = None if self.cnt is None else self.cnt[r0:r1]
+        if cnt is not None:
             seen = cnt > 0
-            U, low = U[seen], low[seen]
+            U, low, cnt = U[seen], low[seen], cnt[seen]
         if U.size == 0:
             return False
-        return bool(np.max(U - low) > _MAX_GAP or (self.kind == "exp" and U.max() > _EXP_SHIFT_MAX))
+        if self.kind == "exp" and U.max() > _EXP_SHIFT_MAX:
+            return True
+        if np.max(U - low) <= _MAX_GAP:
+            return False
+        if self.samples is None:     # two threads may both make it: the same, data-determined
+            samples = _sample_keys(self.keys_t)
+            self.sample_t = np.ascontiguousarray(self.keys_t[:, samples])
+            self.samples = samples
+        q = self.lhs[r0:r1, :self.p]
+        if cnt is not None:
+            q = q[seen]
+        sc = q @ self.sample_t                                   # (b, s) lower bounds
+        if cnt is not None:
+            sc[self.samples[None, :] >= cnt[:, None]] = -np.inf
+            last = self.keys[np.maximum(cnt - 1, 0), :self.p]     # the last visible key
+            low = np.maximum(low, np.einsum("ij,ij->i", q, last))
+        low = np.maximum(low, sc.max(axis=1))
+        return bool(np.max(U - low) > _MAX_GAP)
 
     def _exact_max(self, r0, r1, ncols, tile):
         """Row maxima of the visible scores of rows r0..r1 (0 for a row that sees nothing)."""
@@ -316,7 +366,7 @@ class _Job:
         best = np.full(r1 - r0, -np.inf)
         for c0 in range(0, ncols, self.cols):
             c1 = min(ncols, c0 + self.cols)
-            T = tile[: c1 - c0]
+            T = tile[: (c1 - c0) * (r1 - r0)].reshape(c1 - c0, r1 - r0)
             np.matmul(self.keys[c0:c1, :self.p], qt, out=T)
             if self.cnt is not None and c1 > self.cnt[r0]:
                 np.copyto(T, -np.inf, where=self._hidden(r0, r1, c0, c1))
@@ -324,44 +374,58 @@ class _Job:
         best[~np.isfinite(best)] = 0.0
         return best
 
+    def _kernel(self, T):
+        """The kernel applied in place to a tile (c_b, b) or a chunk of tiles (k, c_b, b)."""
+        if self.exponential:
+            np.exp(T, out=T)
+        elif self.kind == "sigmoid":
+            with np.errstate(over="ignore"):
+                np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
+            T += 1.0
+            np.reciprocal(T, out=T)
+        else:
+            view = T.T
+            res = self.kind(view)
+            if res is not None and not np.shares_memory(res, view):
+                np.copyto(view, res)     # a kernel that returned a new array: use it
+
     def block(self, i):
-        """Rows i b .. (i + 1) b of the sums, tile by tile over the keys they see."""
+        """Rows i b .. (i + 1) b of the sums: the partial sums of every tile of keys they see,
+        then their sum over the tiles (in tile order)."""
         r0 = i * self.rows
         r1 = min(self.n, r0 + self.rows)
-        cnt, cols = self.cnt, self.cols
+        b, cnt, cols = r1 - r0, self.cnt, self.cols
+        out = self.sums[r0:r1]
         ncols = self.keys.shape[0] if cnt is None else int(cnt[r1 - 1])
         if ncols == 0:
+            out[:] = 0.0
             return
         full = ncols if cnt is None else int(cnt[r0])        # keys seen by every row of the block
-        tile = np.empty((min(cols, ncols), r1 - r0))
+        tile, part = self._buffers()
         if self.exponential and self._needs_exact(r0, r1):
             self.shift[r0:r1] = self._exact_max(r0, r1, ncols, tile)
             self.lhs[r0:r1, self.p] = -self.shift[r0:r1]
         lhs_t = np.ascontiguousarray(self.lhs[r0:r1].T)
-        out = self.sums[r0:r1]
-        part = np.empty_like(out)
-        for c0 in range(0, ncols, cols):
+        ntiles = -(-ncols // cols)
+        part = part[: ntiles * b * self.values.shape[1]].reshape(ntiles, b, -1)
+        batched = 0 if callable(self.kind) else full // cols   # full tiles every row sees
+        for t0 in range(0, batched, self.chunk):
+            t1 = min(batched, t0 + self.chunk)
+            T = tile[: (t1 - t0) * cols * b].reshape(t1 - t0, cols, b)
+            np.matmul(self.keys3[t0:t1], lhs_t, out=T)
+            self._kernel(T)
+            np.matmul(T.transpose(0, 2, 1), self.values3[t0:t1], out=part[t0:t1])
+        for t in range(batched, ntiles):                 # partial, masked or callable: one by one
+            c0 = t * cols
             c1 = min(ncols, c0 + cols)
-            T = tile[: c1 - c0]
+            T = tile[: (c1 - c0) * b].reshape(c1 - c0, b)
             np.matmul(self.keys[c0:c1], lhs_t, out=T)
-            if self.exponential:
-                np.exp(T, out=T)
-            elif self.kind == "sigmoid":
-                with np.errstate(over="ignore"):
-                    np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
-                T += 1.0
-                np.reciprocal(T, out=T)
-            else:
-                view = T.T
-                res = self.kind(view)
-                if res is not None and not np.shares_memory(res, view):
-                    np.copyto(view, res)     # a kernel that returned a new array: use it
+            self._kernel(T)
             if cnt is not None and c1 > full:
                 lo = max(c0, full)
                 np.copyto(T[lo - c0:], 0.0, where=self._hidden(r0, r1, lo, c1))
-            np.matmul(T.T, self.values[c0:c1], out=out if c0 == 0 else part)
-            if c0:
-                out += part
+            np.matmul(T.T, self.values[c0:c1], out=part[t])
+        np.sum(part, axis=0, out=out)
 
 
 def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
@@ -404,8 +468,10 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
 
     Notes
     -----
-    Memory: each thread holds one tile of at most ``_BLOCK_ENTRIES`` (131072) scores; besides
-    the output, the operands are copied once (sorted by position when masked), O((n + m) p).
+    Memory: each thread holds at most ``_CHUNK_ENTRIES`` (65536) scores at a time, and the
+    partial sums of its row block over the tiles, ``ceil(m / c_b) b c`` numbers (at most
+    ``2 m c``); besides the output, the operands are copied once (sorted by position when
+    masked), O((n + m) p).
     With a mask, the keys and queries are ordered by position, a row block computes only the
     keys its last query sees, and only the tiles its queries partly see are masked. A query with
     no visible key gets a zero row for the callable and sigmoid kernels and ``nan`` (with

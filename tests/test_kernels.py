@@ -156,8 +156,23 @@ def test_bound_shift_is_used_when_tight():
     # consistency check of the fast path: moderate scores keep the bound, within the gap
     Q, Y, values, _, _ = _problem(seed=6)
     job = K._Job(Q, Y, values, "softmax", None)
-    assert not job._needs_exact(0, Q.shape[0])
+    assert not job._needs_exact(0, Q.shape[0], np.ascontiguousarray(Q.T))
     assert np.all(job.shift >= (Q @ Y.T).max(axis=1) - 1e-12)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_sampled_keys_keep_the_bound_shift(masked):
+    # scores ~ 5: the free lower bound q.z - |q| r of the row maxima leaves a gap above _MAX_GAP,
+    # the sampled keys' scores show the bound is within it, so the bound stays the shift (not
+    # the exact maximum) and the sums are still those of the oracle
+    Q, Y, values, q_pos, k_pos = _problem(scale=5.0, seed=4, masked=masked)
+    U, low = K._shift_bounds(Q, Y, np.ascontiguousarray(Y.T), None)
+    assert np.max(U - low) > K._MAX_GAP
+    _check_exponential(Q, Y, values, q_pos, k_pos)
+    _, M = kernel_sums(Q, Y, values, "exp", q_pos, k_pos)
+    _, true_max = _naive(Q, Y, values, "exp", q_pos, k_pos)
+    seen = np.isfinite(true_max)
+    assert np.any(M[seen] > true_max[seen] + 1e-6)
 
 
 def test_empty_key_set():

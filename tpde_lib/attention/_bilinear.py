@@ -15,7 +15,7 @@ import numpy as np
 from .. import gaussian_odes
 from .._checks import as_flag
 from ._base import Attention, GaussianClosure, matrix_param, square_param
-from ._kernels import kernel_sums, support, weighted_values
+from ._kernels import kernel_sums, normalised, support, times_transpose, weighted_values
 
 __all__ = ["Softmax", "Unnormalised", "Sigmoid", "Linear"]
 
@@ -51,7 +51,7 @@ class _Bilinear(Attention):
 
     def queries(self, points, t):
         """Rows A x_i, shape (n, d): the scores are (points @ A.T) @ points.T."""
-        return points @ self.A(t).T
+        return times_transpose(points, self.A(t))
 
     def _closure(self, rhs):
         return GaussianClosure(key=(rhs,), params=lambda t: (self.A(t), self.V(t)), rhs=rhs,
@@ -101,7 +101,7 @@ class Softmax(_Bilinear):
         keys, w, k_pos = support(points, weights, positions)
         nd = kernel_sums(self.queries(points, t), keys, weighted_values(keys, w), "softmax",
                          positions, k_pos)
-        return (nd[:, :-1] / nd[:, -1:]) @ self.V(t).T
+        return normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`
@@ -140,7 +140,7 @@ class Unnormalised(_Bilinear):
         s, row_max = kernel_sums(self.queries(points, t), keys, keys * w[:, None], "exp",
                                  positions, k_pos)
         with np.errstate(over="ignore", invalid="ignore"):
-            return (s * np.exp(row_max)[:, None]) @ self.V(t).T
+            return times_transpose(s * np.exp(row_max)[:, None], self.V(t))
 
     def mobility(self, t=0.0):
         r"""Mobility :math:`P = -VA^{-1}` of the interaction energy
@@ -176,7 +176,7 @@ class Sigmoid(_Bilinear):
         keys, w, k_pos = support(points, weights, positions)
         key_feats = np.hstack([keys, np.full((keys.shape[0], 1), self.bias)])
         s = kernel_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
-        return s @ self.V(t).T
+        return times_transpose(s, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Not available: the field of a Gaussian is not affine in x (see

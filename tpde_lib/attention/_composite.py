@@ -7,7 +7,7 @@ import numpy as np
 from .. import gaussian_odes
 from .._checks import as_flag
 from ._base import Attention, GaussianClosure, matrix_param, square_param
-from ._kernels import kernel_sums, support, weighted_values
+from ._kernels import kernel_sums, normalised, support, times_transpose, weighted_values
 
 __all__ = ["MultiHead", "L2"]
 
@@ -156,13 +156,13 @@ class L2(Attention):
 
     def field(self, points, weights, positions, t):
         keys, w, k_pos = support(points, weights, positions)
-        qx = points @ self.Q(t).T * (2.0 / self.tau)            # (n, k)
-        ky = keys @ self.K(t).T                                 # (m, k)
+        qx = times_transpose(points, self.Q(t)) * (2.0 / self.tau)   # (n, k)
+        ky = times_transpose(keys, self.K(t))                        # (m, k)
         queries = np.hstack([qx, np.ones((qx.shape[0], 1))])
         key_feats = np.hstack([ky, -(ky**2).sum(axis=1, keepdims=True) / self.tau])
         nd = kernel_sums(queries, key_feats, weighted_values(keys, w), "softmax",
                          positions, k_pos)
-        return (nd[:, :-1] / nd[:, -1:]) @ self.V(t).T
+        return normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """ℓ² Gaussian closure (:func:`tpde_lib.gaussian_odes.l2_rhs`)."""

@@ -45,7 +45,7 @@ from .._checks import as_flag, as_positive
 from ._base import GaussianClosure, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._dense import dense_kernel, matvec
-from ._kernels import kernel_sums, weighted_values
+from ._kernels import kernel_sums, normalised, weighted_values
 
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
@@ -385,7 +385,7 @@ class Sinkhorn(_Bilinear):
         queries = np.hstack([points @ (A.T / self.eps), np.ones((points.shape[0], 1))])
         keys = np.hstack([Y, g[:, None]])
         nd = kernel_sums(queries, keys, weighted_values(Y, w), "softmax")
-        return (nd[:, :-1] / nd[:, -1:]) @ self.V(t).T
+        return normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Sinkhorn Gaussian closure (:func:`tpde_lib.gaussian_odes.sinkhorn_rhs`)."""

@@ -176,6 +176,15 @@ def test_sampled_keys_keep_the_bound_shift(masked):
     assert np.any(M[seen] > true_max[seen] + 1e-6)
 
 
+def test_narrow_values_give_contiguous_sums():
+    # values of 2 columns are padded to 4 inside: the result is a copy of the 2 columns, not a
+    # strided view of the padded buffer
+    Q, Y, values, _, _ = _problem(c=2, seed=12)
+    for kind in ("softmax", "sigmoid"):
+        got = kernel_sums(Q, Y, values, kind)
+        assert got.shape == (37, 2) and got.flags.c_contiguous
+
+
 def test_empty_key_set():
     Q, Y, values, _, _ = _problem()
     soft = kernel_sums(Q, Y[:0], values[:0], "softmax")

@@ -47,6 +47,7 @@ without ``threadpoolctl`` the pool is used only when ``OPENBLAS_NUM_THREADS`` or
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
@@ -89,7 +90,7 @@ _SAMPLE_KEYS = 32
 #: the built-in kernels (see :func:`kernel_sums`)
 KERNELS = ("softmax", "exp", "sigmoid")
 
-_state = {"threads": None, "workers": [], "controller": None}
+_state = {"threads": None, "workers": [], "controller": None, "blas": []}
 _lock = threading.Lock()
 _local = threading.local()      # .inside: this thread is a worker of the pool (no nesting)
 # a forked child has the parent's inboxes but not its threads: it starts its own
@@ -131,13 +132,18 @@ def _blas_single_by_env():
 
 
 def _blas_one_thread():
-    """A context holding BLAS to one thread, or None without ``threadpoolctl``."""
+    """A context holding BLAS to one thread (a null one when every BLAS already runs one), or
+    None without ``threadpoolctl``."""
     if ThreadpoolController is None:
         return None
     with _lock:
         if _state["controller"] is None:
-            _state["controller"] = ThreadpoolController()
+            ctl = ThreadpoolController()
+            _state["controller"] = ctl
+            _state["blas"] = [c for c in ctl.lib_controllers if c.user_api == "blas"]
         ctl = _state["controller"]
+    if all(c.get_num_threads() == 1 for c in _state["blas"]):   # 0.5 us, the limit 6 us
+        return contextlib.nullcontext()
     return ctl.limit(limits=1, user_api="blas")
 
 
@@ -532,7 +538,7 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
         cnt = np.searchsorted(k_sorted, q_pos[q_order], side="right")   # keys seen by query i
     job = _Job(queries, keys, values, kind, cnt)
     parallel_blocks(job.nblocks, job.block, n * m)
-    sums = job.sums[:, :job.c]                        # without the padding columns
+    sums = job.sums if job.c == job.sums.shape[1] else job.sums[:, :job.c].copy()   # no padding
     shift = job.shift if job.exponential else None
     if job.exponential:
         empty = np.zeros(n, dtype=bool) if cnt is None else cnt == 0

@@ -303,6 +303,47 @@ def _fibres(m, name):
     return s, idx, np.bincount(idx, weights=m.weights, minlength=s.size)
 
 
+def _fibre_wp(mu, nu, p):
+    """The fibres of two measures of the same position marginal and their W_p, in units of a
+    power of two: ``(values (K,), masses (K,), distances / scale (K,), scale, p)``.
+
+    Checks the arguments (``p >= 1``, positions, the same marginal to ``MARGINAL_TOL``). Fibres
+    holding one token on each side are done in one vectorised step (W_p of two Diracs is their
+    distance), the others by exact OT (``ot.emd2``); the points are divided by ``scale``
+    (:func:`tpde_lib._linalg.unit_scale`), so that no square overflows or vanishes.
+    """
+    _check_pair(mu, nu)
+    p = _check_p(p)
+    s_mu, idx_mu, m_mu = _fibres(mu, "mu")
+    s_nu, idx_nu, m_nu = _fibres(nu, "nu")
+    if s_mu.shape != s_nu.shape or np.any(s_mu != s_nu):
+        extra = np.setxor1d(s_mu, s_nu)
+        raise ValueError("mu and nu must have the same position marginal: positions "
+                         f"{extra[:5].tolist()} carry mass in only one of them")
+    gap = np.abs(m_mu - m_nu)
+    if np.any(gap > MARGINAL_TOL):
+        k = int(np.argmax(gap))
+        raise ValueError("mu and nu must have the same position marginal (to 1e-9): at position "
+                         f"s={s_mu[k]:.6g} mu has mass {m_mu[k]:.12g}, nu has {m_nu[k]:.12g}")
+    count_mu = np.bincount(idx_mu, minlength=s_mu.size)
+    count_nu = np.bincount(idx_nu, minlength=s_mu.size)
+    single = (count_mu == 1) & (count_nu == 1)
+    scale = unit_scale(mu.points, nu.points)
+    fibre_w = np.zeros(s_mu.size)
+    if np.any(single):      # one token per side: scatter the token of each fibre
+        at_mu = np.empty((s_mu.size, mu.d))
+        at_nu = np.empty((s_mu.size, mu.d))
+        at_mu[idx_mu] = mu.points / scale
+        at_nu[idx_nu] = nu.points / scale
+        fibre_w[single] = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
+    for k in np.flatnonzero(~single & (m_mu > 0)):
+        sel_mu, sel_nu = idx_mu == k, idx_nu == k
+        a = mu.weights[sel_mu] / m_mu[k]
+        b = nu.weights[sel_nu] / m_nu[k]
+        fibre_w[k] = _wp_cost(a, b, cdist(mu.points[sel_mu] / scale, nu.points[sel_nu] / scale), p)
+    return s_mu, m_mu, fibre_w, scale, p
+
+
 def conditional_wasserstein(mu, nu, p=2):
     r"""Conditional Wasserstein distance of masked attention, not raised to p.
 
@@ -341,38 +382,8 @@ def conditional_wasserstein(mu, nu, p=2):
     -----
     Used in the chapter "Masked attention".
     """
-    _check_pair(mu, nu)
-    p = _check_p(p)
-    s_mu, idx_mu, m_mu = _fibres(mu, "mu")
-    s_nu, idx_nu, m_nu = _fibres(nu, "nu")
-    if s_mu.shape != s_nu.shape or np.any(s_mu != s_nu):
-        extra = np.setxor1d(s_mu, s_nu)
-        raise ValueError("mu and nu must have the same position marginal: positions "
-                         f"{extra[:5].tolist()} carry mass in only one of them")
-    gap = np.abs(m_mu - m_nu)
-    if np.any(gap > MARGINAL_TOL):
-        k = int(np.argmax(gap))
-        raise ValueError("mu and nu must have the same position marginal (to 1e-9): at position "
-                         f"s={s_mu[k]:.6g} mu has mass {m_mu[k]:.12g}, nu has {m_nu[k]:.12g}")
-    count_mu = np.bincount(idx_mu, minlength=s_mu.size)
-    count_nu = np.bincount(idx_nu, minlength=s_mu.size)
-    single = (count_mu == 1) & (count_nu == 1)
-    # every fibre's W_p, in units of the common power of two `scale` (no overflow/underflow);
-    # the total sum_s m_s W_s^p is then formed in units of the largest fibre distance
-    scale = unit_scale(mu.points, nu.points)
-    fibre_w = np.zeros(s_mu.size)
-    if np.any(single):
-        # one token per side: W_p of two Diracs is |x - y|; scatter the token of each fibre
-        at_mu = np.empty((s_mu.size, mu.d))
-        at_nu = np.empty((s_mu.size, mu.d))
-        at_mu[idx_mu] = mu.points / scale
-        at_nu[idx_nu] = nu.points / scale
-        fibre_w[single] = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
-    for k in np.flatnonzero(~single & (m_mu > 0)):
-        sel_mu, sel_nu = idx_mu == k, idx_nu == k
-        a = mu.weights[sel_mu] / m_mu[k]
-        b = nu.weights[sel_nu] / m_nu[k]
-        fibre_w[k] = _wp_cost(a, b, cdist(mu.points[sel_mu] / scale, nu.points[sel_nu] / scale), p)
+    _, m_mu, fibre_w, scale, p = _fibre_wp(mu, nu, p)
+    # the total sum_s m_s W_s^p is formed in units of the largest fibre distance
     top = fibre_w.max()
     if top == 0.0:
         return 0.0
@@ -407,28 +418,8 @@ def fibre_distances(mu, nu, p=2):
         :math:`W_p(\mu_s, \nu_s)`: exact OT (``ot.emd2``) in fibres of several tokens, the
         distance of the two points in fibres of one token each (vectorised).
     """
-    _check_pair(mu, nu)
-    p = as_at_least("p", p, 1.0)
-    values, idx_mu, m_mu = _fibres(mu, "mu")
-    values_nu, idx_nu, m_nu = _fibres(nu, "nu")
-    if values.shape != values_nu.shape or np.any(values != values_nu) \
-            or np.any(np.abs(m_mu - m_nu) > MARGINAL_TOL):
-        raise ValueError("mu and nu must have the same position marginal (same positions, masses "
-                         "equal to 1e-9)")
-    count_mu = np.bincount(idx_mu, minlength=values.size)
-    count_nu = np.bincount(idx_nu, minlength=values.size)
-    single = (count_mu == 1) & (count_nu == 1)
-    dist = np.zeros(values.size)
-    at_mu, at_nu = np.empty((values.size, mu.d)), np.empty((values.size, mu.d))
-    at_mu[idx_mu], at_nu[idx_nu] = mu.points, nu.points      # one token per fibre: scatter
-    dist[single] = np.linalg.norm(at_mu[single] - at_nu[single], axis=1)
-    for k in np.flatnonzero(~single & (m_mu > 0)):        # fibres of several tokens: exact OT
-        sel_mu, sel_nu = idx_mu == k, idx_nu == k
-        a, b = mu.weights[sel_mu] / m_mu[k], nu.weights[sel_nu] / m_nu[k]
-        diff = mu.points[sel_mu][:, None, :] - nu.points[sel_nu][None, :, :]
-        cost = np.linalg.norm(diff, axis=2) ** p
-        dist[k] = max(float(ot.emd2(a, b, cost)), 0.0) ** (1.0 / p)
-    return values, m_mu, dist
+    values, masses, dist, scale, _ = _fibre_wp(mu, nu, p)
+    return values, masses, scale * dist
 
 
 def sup_fibre_distance(mu, nu, p=2):

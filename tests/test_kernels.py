@@ -153,11 +153,32 @@ def test_large_scores_take_the_exact_row_maximum(scale):
     np.testing.assert_allclose(sums, E, rtol=1e-9, atol=1e-13 * np.abs(E).max())
 
 
+def test_exact_maximum_ignores_the_padding_keys(tiling):
+    # every score far below 0 (keys in a half-space, queries pointing away), so the blocks take
+    # the exact row maximum: it must come from the real keys, not from the zero keys that fill
+    # the last tile up (a maximum of 0 would underflow every term)
+    rng = np.random.default_rng(13)
+    Y = np.abs(rng.standard_normal((53, 3))) + 1.0
+    Q = -300.0 * (np.abs(rng.standard_normal((37, 3))) + 0.5)
+    values = rng.standard_normal((53, 4))
+    values[:, -1] = rng.random(53) + 0.1
+    S = Q @ Y.T
+    true_max = S.max(axis=1)
+    assert true_max.max() < -400.0
+    E = np.exp(S - true_max[:, None]) @ values
+    soft = kernel_sums(Q, Y, values, "softmax")
+    np.testing.assert_allclose(soft[:, :-1] / soft[:, -1:], E[:, :-1] / E[:, -1:], rtol=1e-9)
+    sums, M = kernel_sums(Q, Y, values, "exp")
+    assert np.all(M >= true_max - 1e-9) and np.all(M <= true_max + K._MAX_GAP)
+    np.testing.assert_allclose(sums * np.exp(M - true_max)[:, None], E, rtol=1e-9,
+                               atol=1e-13 * np.abs(E).max())
+
+
 def test_bound_shift_is_used_when_tight():
     # consistency check of the fast path: moderate scores keep the bound, within the gap
     Q, Y, values, _, _ = _problem(seed=6)
     job = K._Job(Q, Y, values, "softmax", None)
-    assert not job._needs_exact(0, Q.shape[0], np.ascontiguousarray(Q.T))
+    assert job.exact.shape == (job.nblocks,) and not job.exact.any()
     assert np.all(job.shift >= (Q @ Y.T).max(axis=1) - 1e-12)
 
 

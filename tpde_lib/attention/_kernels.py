@@ -293,6 +293,43 @@ def _sample_keys(keys_t):
     return np.unique(idx)
 
 
+def _loose_blocks(Q, keys, keys_t, cnt, U, low, kind, rows):
+    """For each row block of ``rows`` queries, whether its shift bound ``U`` may be far from the
+    row maxima (or too large for ``"exp"``), so that it needs the exact maxima: shape (nblocks,).
+
+    First the free lower bounds ``low`` of :func:`_shift_bounds`; where they leave a gap above
+    ``_MAX_GAP``, the scores of a sample of keys (the extreme ones along each coordinate and
+    evenly spaced ones, those a row sees) and of each row's last visible key, for all rows in a
+    few products. Rows that see no key never count. Decided before the blocks run, from the data
+    alone: the blocks then hold the GIL for no such small computations (measured, n = 1000,
+    d = 16: the same check inside the blocks took 50 to 215 us a block on two threads).
+    """
+    gap = U - low
+    if cnt is not None:
+        gap = np.where(cnt > 0, gap, -np.inf)
+    if np.max(gap, initial=-np.inf) > _MAX_GAP:
+        samples = _sample_keys(keys_t)
+        sk = keys[samples]
+        step = max(1, (1 << 18) // samples.size)           # (s, step) scores at a time
+        for r0 in range(0, Q.shape[0], step):
+            q = Q[r0:r0 + step]
+            if not np.any(gap[r0:r0 + step] > _MAX_GAP):
+                continue
+            sc = sk @ q.T                                          # (s, r) lower bounds
+            best = low[r0:r0 + step]
+            if cnt is not None:
+                c = cnt[r0:r0 + step]
+                sc[samples[:, None] >= c[None, :]] = -np.inf
+                last = keys[np.maximum(c - 1, 0)]                  # the last visible key
+                best = np.maximum(best, np.einsum("ij,ij->i", q, last))
+            gap[r0:r0 + step] = np.minimum(gap[r0:r0 + step],
+                                           U[r0:r0 + step] - np.maximum(best, sc.max(axis=0)))
+    need = gap > _MAX_GAP
+    if kind == "exp":
+        need |= (U > _EXP_SHIFT_MAX) & (gap > -np.inf)
+    return np.logical_or.reduceat(need, np.arange(0, Q.shape[0], rows)) if need.size else need
+
+
 class _Job:
     """One call of :func:`kernel_sums`: its operands in computation order and its block task.
 
@@ -306,12 +343,20 @@ class _Job:
     def __init__(self, queries, keys, values, kind, cnt):
         n, p = queries.shape
         m = keys.shape[0]
-        self.kind, self.cnt, self.p, self.n = kind, cnt, p, n
+        self.kind, self.cnt, self.p, self.n, self.m = kind, cnt, p, n, m
         self.c = values.shape[1]
         self.values = _pad_columns(values)
         # every row block writes all its rows; with no keys there is no block
         self.sums = (np.empty if m else np.zeros)((n, self.values.shape[1]))
         self.exponential = kind in ("softmax", "exp")
+        width = max(p + 1, _NARROW) if self.exponential else max(p, _NARROW)
+        self.rows, self.cols = block_shape(n, m, width)
+        self.nblocks = -(-n // self.rows) if m else 0
+        # unmasked built-in kernels: zero keys (and values) up to whole tiles, so that every tile
+        # goes into the batched chunks; a zero key scores 0 and adds kappa(0) x 0 = 0
+        pad = (-m % self.cols) if cnt is None and not callable(kind) else 0
+        if pad:
+            self.values = np.concatenate([self.values, np.zeros((pad, self.values.shape[1]))])
         if self.exponential:
             # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
             keys_t = np.ascontiguousarray(keys.T)
@@ -319,19 +364,21 @@ class _Job:
                 self.shift, self.low = _shift_bounds(queries, keys, keys_t, cnt)
             else:
                 self.shift = self.low = np.zeros(n)
-            self.keys_t, self.samples = keys_t, None
-            lhs = np.empty((n, max(p + 1, _NARROW)))
+            lhs = np.empty((n, width))
             lhs[:, :p], lhs[:, p], lhs[:, p + 1:] = queries, -self.shift, 0.0
-            ext = np.zeros((m, lhs.shape[1]))
-            ext[:, :p], ext[:, p] = keys, 1.0
+            ext = np.zeros((m + pad, width))
+            ext[:m, :p], ext[:m, p] = keys, 1.0
             self.lhs, self.keys = lhs, ext
         else:
             self.lhs = _pad_columns(-queries if kind == "sigmoid" else queries)
             self.keys = _pad_columns(keys)
+            if pad:
+                self.keys = np.concatenate([self.keys, np.zeros((pad, width))])
         # zero columns: the same scores, a faster product (the shift column stays at index p)
-        self.rows, self.cols = block_shape(n, m, self.lhs.shape[1])
-        self.nblocks = -(-n // self.rows) if m else 0
-        nfull = m // self.cols
+        if self.exponential:    # which row blocks take the exact row maximum, decided up front
+            self.exact = (_loose_blocks(queries, keys, keys_t, cnt, self.shift, self.low, kind,
+                                        self.rows) if m else np.zeros(0, dtype=bool))
+        nfull = self.keys.shape[0] // self.cols
         self.keys3 = self.keys[: nfull * self.cols].reshape(nfull, self.cols, self.keys.shape[1])
         self.values3 = self.values[: nfull * self.cols].reshape(nfull, self.cols,
                                                                  self.values.shape[1])
@@ -353,37 +400,6 @@ class _Job:
     def _hidden(self, r0, r1, c0, c1):
         """Mask (c1 - c0, r1 - r0) of the keys c0..c1 hidden from the rows r0..r1 (True: hidden)."""
         return np.arange(c0, c1)[:, None] >= self.cnt[None, r0:r1]
-
-    def _needs_exact(self, r0, r1, q_t):
-        """Whether the bound U of rows r0..r1 may be far from the row maximum (or too large).
-
-        First the free lower bound of ``_shift_bounds``; where it leaves a gap above
-        ``_MAX_GAP``, the scores of a sample of keys (the extreme ones along each coordinate and
-        evenly spaced ones, those the rows see) and of each row's last visible key. ``q_t``: the
-        block's queries transposed, (p, b).
-        """
-        U, low = self.shift[r0:r1], self.low[r0:r1]
-        cnt = None if self.cnt is None else self.cnt[r0:r1]
-        seen = slice(None) if cnt is None else cnt > 0
-        if cnt is not None:
-            U, low = U[seen], low[seen]
-        if U.size == 0:
-            return False
-        if self.kind == "exp" and U.max() > _EXP_SHIFT_MAX:
-            return True
-        if np.max(U - low) <= _MAX_GAP:
-            return False
-        if self.samples is None:     # two threads may both make it: the same, data-determined
-            samples = _sample_keys(self.keys_t)
-            self.sample_keys = np.ascontiguousarray(self.keys[samples, :self.p])
-            self.samples = samples
-        sc = self.sample_keys @ q_t                              # (s, b): lower bounds
-        if cnt is not None:
-            sc[self.samples[:, None] >= cnt[None, :]] = -np.inf
-            last = self.keys[np.maximum(cnt - 1, 0), :self.p]     # the last visible key
-            low = np.maximum(low, np.einsum("ij,ji->i", last, q_t)[seen])
-        low = np.maximum(low, sc.max(axis=0)[seen])
-        return bool(np.max(U - low) > _MAX_GAP)
 
     def _exact_max(self, r0, r1, ncols, tile):
         """Row maxima of the visible scores of rows r0..r1 (0 for a row that sees nothing)."""
@@ -428,8 +444,8 @@ class _Job:
         full = ncols if cnt is None else int(cnt[r0])        # keys seen by every row of the block
         tile, part = self._buffers()
         lhs_t = np.ascontiguousarray(self.lhs[r0:r1].T)
-        if self.exponential and self._needs_exact(r0, r1, lhs_t[:self.p]):
-            self.shift[r0:r1] = self._exact_max(r0, r1, ncols, tile)
+        if self.exponential and self.exact[i]:
+            self.shift[r0:r1] = self._exact_max(r0, r1, min(ncols, self.m), tile)   # real keys only
             self.lhs[r0:r1, self.p] = lhs_t[self.p] = -self.shift[r0:r1]
         ntiles = -(-ncols // cols)
         part = part[: ntiles * b * self.values.shape[1]].reshape(ntiles, b, -1)

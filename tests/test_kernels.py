@@ -91,10 +91,12 @@ TILINGS = [(None, None), (35, 7), (24, 5), (53 * 37, 53), (1, 1)]   # (entries, 
 
 @pytest.fixture(params=TILINGS, ids=lambda t: f"tile{t[0]}x{t[1]}")
 def tiling(request, monkeypatch):
-    """Tiles of several shapes: partial last row blocks and partial last column tiles; full
-    tiles batched two by two (a ragged last chunk when their number is odd)."""
+    """The engine's two paths: one dense matrix for these small problems (no tiling given), and
+    the blocked engine with tiles of several shapes: partial last row blocks and partial last
+    column tiles, full tiles batched two by two (a ragged last chunk when their number is odd)."""
     entries, cols = request.param
     if entries is not None:
+        monkeypatch.setattr(K, "_SMALL_ENTRIES", 0)
         monkeypatch.setattr(K, "_BLOCK_ENTRIES", entries)
         monkeypatch.setattr(K, "_BLOCK_COLS", cols)
         monkeypatch.setattr(K, "_BLOCK_COLS_WIDE", cols)
@@ -120,6 +122,7 @@ def test_other_kinds_match_dense(tiling, kind, masked):
 
 
 def test_callable_sees_blocks_of_the_tile_shape(monkeypatch):
+    monkeypatch.setattr(K, "_SMALL_ENTRIES", 0)
     monkeypatch.setattr(K, "_BLOCK_ENTRIES", 35)
     monkeypatch.setattr(K, "_BLOCK_COLS", 7)
     monkeypatch.setattr(K, "_BLOCK_COLS_WIDE", 7)
@@ -137,8 +140,14 @@ def test_callable_sees_blocks_of_the_tile_shape(monkeypatch):
     assert len(shapes) == 8 * 8                             # ceil(37/5) x ceil(53/7) tiles
 
 
+@pytest.fixture
+def blocked(monkeypatch):
+    """The blocked engine even for the small test problems (not one dense matrix)."""
+    monkeypatch.setattr(K, "_SMALL_ENTRIES", 0)
+
+
 @pytest.mark.parametrize("scale", [80.0, 300.0])
-def test_large_scores_take_the_exact_row_maximum(scale):
+def test_large_scores_take_the_exact_row_maximum(scale, blocked):
     # scores up to ~ 500 and ~ 2000: the bound is more than _MAX_GAP above the row maximum (and
     # e^U would overflow for "exp"), so the blocks take the exact maximum; a shift by the bound
     # would underflow every term to 0 and give nan
@@ -183,7 +192,7 @@ def test_bound_shift_is_used_when_tight():
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_sampled_keys_keep_the_bound_shift(masked):
+def test_sampled_keys_keep_the_bound_shift(masked, blocked):
     # scores ~ 15: the free lower bound q.z - |q| r of the row maxima leaves a gap above _MAX_GAP,
     # the sampled keys' scores show the bound is within it, so the bound stays the shift (not
     # the exact maximum) and the sums are still those of the oracle

@@ -77,6 +77,8 @@ _MIN_BLOCKS = 4
 #: full tiles are batched into one product and one kernel call of at most this many scores
 #: (more work per numpy call, so the threads wait less for the GIL between calls; measured)
 _CHUNK_ENTRIES = 131_072
+#: calls with at most this many scores (n m) are one dense matrix (:func:`_small_sums`)
+_SMALL_ENTRIES = 32_768
 #: calls with fewer scores (n m) run on the calling thread (the pool costs ~0.1 ms)
 _PARALLEL_ENTRIES = 1 << 18
 #: largest gap U_i - L_i (upper bound of the row maximum minus a lower bound) for which the
@@ -297,6 +299,46 @@ def _sample_keys(keys_t):
     return np.unique(idx)
 
 
+def _apply_kernel(kind, T, view):
+    """The kernel applied in place to the scores ``T``; a callable kernel gets ``view`` (the same
+    scores as (b, c_b), queries along the rows) and may overwrite it or return a new array."""
+    if kind in ("softmax", "exp"):
+        np.exp(T, out=T)
+    elif kind == "sigmoid":
+        with np.errstate(over="ignore"):
+            np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
+        T += 1.0
+        np.reciprocal(T, out=T)
+    else:
+        res = kind(view)
+        if res is not None and not np.shares_memory(res, view):
+            np.copyto(view, res)     # a kernel that returned a new array: use it
+
+
+def _small_sums(queries, keys, values, kind, q_pos, k_pos):
+    """:func:`kernel_sums` of a call of at most ``_SMALL_ENTRIES`` scores, in one dense matrix
+    with the exact row maxima as the shift: no bounds, tiles or padding to set up (measured:
+    n = m = 100, d = 2, 23 against 56 us)."""
+    S = (-queries if kind == "sigmoid" else queries) @ keys.T          # (n, m)
+    hidden = None if q_pos is None else k_pos[None, :] > q_pos[:, None]
+    shift = None
+    if kind in ("softmax", "exp"):
+        if hidden is not None:
+            S[hidden] = -np.inf
+        shift = S.max(axis=1)
+        seen = np.isfinite(shift)
+        S -= np.where(seen, shift, 0.0)[:, None]
+    _apply_kernel(kind, S, S)
+    if hidden is not None and shift is None:
+        S[hidden] = 0.0
+    sums = S @ values
+    if shift is not None:
+        sums[~seen] = np.nan                 # no visible key: an empty normalisation
+    if kind == "exp":
+        return sums, shift                   # the exact row maxima
+    return sums
+
+
 def _loose_blocks(Q, keys, keys_t, cnt, U, low, kind, rows):
     """For each row block of ``rows`` queries, whether its shift bound ``U`` may be far from the
     row maxima (or too large for ``"exp"``), so that it needs the exact maxima: shape (nblocks,).
@@ -421,18 +463,7 @@ class _Job:
 
     def _kernel(self, T):
         """The kernel applied in place to a tile (c_b, b) or a chunk of tiles (k, c_b, b)."""
-        if self.exponential:
-            np.exp(T, out=T)
-        elif self.kind == "sigmoid":
-            with np.errstate(over="ignore"):
-                np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
-            T += 1.0
-            np.reciprocal(T, out=T)
-        else:
-            view = T.T
-            res = self.kind(view)
-            if res is not None and not np.shares_memory(res, view):
-                np.copyto(view, res)     # a kernel that returned a new array: use it
+        _apply_kernel(self.kind, T, T.T)
 
     def block(self, i):
         """Rows i b .. (i + 1) b of the sums: the partial sums of every tile of keys they see,
@@ -551,6 +582,9 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
                              f"{q_pos.shape} and {k_pos.shape}")
         if np.isnan(q_pos).any() or np.isnan(k_pos).any():
             raise ValueError("q_pos and k_pos must not contain NaN")
+    if 0 < n * m <= _SMALL_ENTRIES:
+        return _small_sums(queries, keys, values, kind, q_pos, k_pos)
+    if q_pos is not None:
         k_order = np.argsort(k_pos, kind="stable")
         keys, values, k_sorted = keys[k_order], values[k_order], k_pos[k_order]
         q_order = np.argsort(q_pos, kind="stable")

@@ -12,7 +12,7 @@ Prints, side by side in one run, for n = 1000, 4000, 16000 tokens and d = 2, 16:
     "JAX not installed" otherwise), compiled before timing;
   and the largest difference to the plain or jax value (they compute the same field); the
   header also prints how much faster the cores run ``np.exp`` together than one alone (the exp
-  bound assumes they scale perfectly; measured here: about 1.65 to 1.75 for two);
+  bound assumes they scale perfectly; measured here: 1.4 to 1.8 for two, from run to run);
 * our Sinkhorn attention divided by POT's log-domain Sinkhorn (``ot.sinkhorn(...,
   method="sinkhorn_log")``) at the same tolerance, both from a cold start (our ``tol`` is on the L1
   marginal violation, which bounds POT's L2 ``stopThr``: ours does at least as much);

@@ -222,7 +222,7 @@ def parallel_blocks(nblocks, task, entries):
             for i in range(nblocks):
                 task(i)
             return
-        done = queue.SimpleQueue()          # this call's own: calls from several threads mix not
+        done = queue.SimpleQueue()          # this call's own: callers in several threads never mix
         for inbox in _workers(threads - 1):
             inbox.put((worker, done))
         worker()

@@ -297,6 +297,32 @@ def test_one_and_two_threads_are_bitwise_equal(kind, masked, pool_allowed, monke
         assert np.array_equal(a, b, equal_nan=True)
 
 
+def test_calls_from_several_threads_at_once(pool_allowed):
+    # the workers are shared: callers in several threads queue their tasks on the same workers,
+    # each must wait for its own (a caller that took another's "done" would return before its
+    # blocks are written), and every result is the one a call alone gives, bitwise. Slow tiles
+    # (the kernel sleeps) keep several calls in flight; results are compared on return. Three
+    # threads a call: two workers, so that one can finish a task while the other runs one.
+    K.set_num_threads(3)
+    problems = [_problem(n=700, m=600 + 50 * k, masked=k % 2 == 1, seed=20 + k)
+                for k in range(4)]
+    alone = [kernel_sums(Q, Y, v, _slow_relu, qp, kp) for Q, Y, v, qp, kp in problems]
+    same = [[] for _ in problems]
+
+    def call(k):
+        Q, Y, v, qp, kp = problems[k]
+        for _ in range(3):
+            same[k].append(np.array_equal(kernel_sums(Q, Y, v, _slow_relu, qp, kp), alone[k]))
+
+    callers = [threading.Thread(target=call, args=(k,)) for k in range(len(problems))]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(120)
+    assert not any(t.is_alive() for t in callers)
+    assert same == [[True] * 3] * len(problems)
+
+
 def test_worker_exception_is_raised(pool_allowed):
     K.set_num_threads(2)
     Q, Y, values, _, _ = _problem(n=700, m=700)

@@ -121,8 +121,7 @@ def test_other_kinds_match_dense(tiling, kind, masked):
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-13 * np.abs(want).max())
 
 
-def test_callable_sees_blocks_of_the_tile_shape(monkeypatch):
-    monkeypatch.setattr(K, "_SMALL_ENTRIES", 0)
+def test_callable_sees_blocks_of_the_tile_shape(monkeypatch, blocked):
     monkeypatch.setattr(K, "_BLOCK_ENTRIES", 35)
     monkeypatch.setattr(K, "_BLOCK_COLS", 7)
     monkeypatch.setattr(K, "_BLOCK_COLS_WIDE", 7)

@@ -1,7 +1,7 @@
 r"""Dense kernel matrices and matrix-vector products, threaded: the Sinkhorn solver's sweeps.
 
 The Sinkhorn solver keeps the whole kernel of the support (m × m); these two helpers fill it and
-multiply by it one cache-sized row block at a time on the thread pool of :mod:`._kernels`, with
+multiply by it one cache-sized row block at a time on the thread pool of :mod:`._threads`, with
 results that do not depend on the number of threads.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels import parallel_blocks
+from ._threads import parallel_blocks
 
 __all__ = ["dense_kernel", "matvec"]
 

@@ -196,7 +196,7 @@ def test_sampled_keys_keep_the_bound_shift(masked, blocked):
     # the sampled keys' scores show the bound is within it, so the bound stays the shift (not
     # the exact maximum) and the sums are still those of the oracle
     Q, Y, values, q_pos, k_pos = _problem(scale=15.0, seed=4, masked=masked)
-    U, low = K._shift_bounds(Q, Y, np.ascontiguousarray(Y.T), None)
+    U, low = K._shift_bounds(Q, Y, None)
     assert np.max(U - low) > K._MAX_GAP
     _check_exponential(Q, Y, values, q_pos, k_pos)
     _, M = kernel_sums(Q, Y, values, "exp", q_pos, k_pos)

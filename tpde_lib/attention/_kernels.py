@@ -12,19 +12,20 @@ the row blocks over a pool of threads (numpy releases the GIL in its matrix prod
 ufuncs), and applies the causal mask of masked attention. A reader's variant gets all of this by
 calling it with its own kernel.
 
-Speed (measured on the book's 2-core machine, ``benchmarks/velocity.py``): a tile of 256
+Speed (measured on the book's 2-core machine, ``benchmarks/velocity.py``): a tile of at most 256
 queries by 256 keys (512 KB; 128 keys when the score product is wider than 4 columns) stays in a
 core's L2 cache (2 MB there) between the score product, the kernel and the product with the
-values. Row blocks of 256 queries are what lets the two threads scale: with 64-row blocks two
-threads took as long as one (their CPU time grew by half), with 256 rows they ran 1.6 to 1.8
-times faster. Score products and values narrower than 4 columns are padded with zero columns to
-4, which OpenBLAS multiplies faster (d = 2, one 256 x 256 tile: the two products took 0.31 ns
-per score instead of 0.46, next to 0.5 ns for the ``exp``). The full tiles a whole row block
-sees are computed in chunks of 131072 scores (``_CHUNK_ENTRIES``: two 256 x 256 tiles, four
-256 x 128), one batched product, one kernel call and one batched product each: a thread that
-finishes a numpy call must take the GIL back, and waits when the other thread holds it, so
-fewer, longer calls let two threads scale better. Measured: a loop of single tiles scaled 1.78
-in two threads and 2.0 in two processes; chunks of 131072 scores ran 1 to 11 % faster than
+values; the keys are cut into tiles of equal width and a threaded call's rows into blocks of
+equal size (:func:`block_shape`). Row blocks of 256 queries are what lets the two threads scale:
+with 64-row blocks two threads took as long as one (their CPU time grew by half), with 256 rows
+they ran 1.6 to 1.8 times faster. Score products and values narrower than 4 columns are padded
+with zero columns to 4, which OpenBLAS multiplies faster (d = 2, one 256 x 256 tile: the two
+products took 0.31 ns per score instead of 0.46, next to 0.5 ns for the ``exp``). The full tiles
+a whole row block sees are computed in chunks of 131072 scores (``_CHUNK_ENTRIES``: two 256 x
+256 tiles, four 256 x 128), one batched product, one kernel call and one batched product each: a
+thread that finishes a numpy call must take the GIL back, and waits when the other thread holds
+it, so fewer, longer calls let two threads scale better. Measured: a loop of single tiles scaled
+1.78 in two threads and 2.0 in two processes; chunks of 131072 scores ran 1 to 11 % faster than
 single tiles on two threads (n = 1000 to 16000, d = 2 and 16), within 4 % on one thread, and
 chunks of 262144 slower on both. Unmasked calls with a built-in kernel pad the keys with zero
 keys up to whole tiles (a zero key scores 0 and adds kappa(0) x 0 = 0), so that every tile goes
@@ -33,11 +34,11 @@ score matrix shifted by its exact row maxima, since bounds, tiles and threads wo
 than the scores (n = m = 100: 23 instead of 56 us).
 
 For ``"softmax"``/``"exp"`` the row shift is an upper bound :math:`U_i \ge \max_j S_{ij}`
-computed in :math:`O((n+m)p)` from the keys' bounding box and ball; it enters the score product
-as one more inner column (``[q_i, -U_i]\cdot[k_j, 1]``), so each tile costs one product, one
-``exp`` and one product: no max or subtraction pass. A row block whose bound may be loose (gap
-to a lower bound of the row maximum above ``_MAX_GAP``) takes an exact row maximum in a first
-sweep instead: every term keeps full relative precision either way.
+computed in :math:`O((n+m)p)` from a ball around the keys (:func:`_shift_bounds`); it enters the
+score product as one more inner column (``[q_i, -U_i]\cdot[k_j, 1]``), so each tile costs one
+product, one ``exp`` and one product: no max or subtraction pass. A row block whose bound may be
+loose (gap to a lower bound of the row maximum above ``_MAX_GAP``) takes an exact row maximum in
+a first sweep instead: every term keeps full relative precision either way.
 
 Threads: the row blocks go to :func:`._threads.parallel_blocks` (a pool of persistent
 threads, ``set_num_threads``). Their tiles and every arithmetic operation on them are fixed
@@ -98,42 +99,40 @@ def _check_2d(name, value, cols=None):
 
 def block_shape(n, m, p=_NARROW):
     """(rows, columns) of a tile for ``n`` queries, ``m`` keys and ``p`` score columns, from the
-    shapes alone."""
-    cols = max(1, min(m, _BLOCK_COLS if p <= _NARROW else _BLOCK_COLS_WIDE))
+    shapes alone. The keys are split into tiles of equal width (at most ``_BLOCK_COLS``, or
+    ``_BLOCK_COLS_WIDE`` for wide products) and a threaded call's rows into blocks of equal
+    size, so that no tile or block is mostly empty (n = m = 1000, d = 16: tiles of 125 keys and
+    blocks of 250 rows instead of 128 and 256 with a last block of 232, 2 to 5 % faster)."""
+    widest = _BLOCK_COLS if p <= _NARROW else _BLOCK_COLS_WIDE
+    cols = max(1, -(-m // max(1, -(-m // widest))))
     rows = max(1, min(n, _BLOCK_ROWS, _BLOCK_ENTRIES // cols))
-    if n * m >= _PARALLEL_ENTRIES:          # enough blocks for the pool, rows a multiple of 8
-        rows = max(1, min(rows, 8 * -(-n // (8 * _MIN_BLOCKS))))
+    if n * m >= _PARALLEL_ENTRIES:          # enough blocks for the pool, of equal size
+        blocks = max(_MIN_BLOCKS, -(-n // rows))
+        rows = max(1, -(-n // blocks))
     return rows, cols
 
 
-def _shift_bounds(Q, keys, keys_t, cnt):
+def _shift_bounds(Q, keys, cnt):
     r"""Upper bounds :math:`U_i \ge \max_{j < c_i} q_i\cdot k_j` (all keys if ``cnt`` is None), and
-    lower bounds :math:`L_i \le` the same maximum.
-
-    :math:`U_i` is the smaller of the bounding-box bound :math:`\sum_p \max(q_{ip}h_p, q_{ip}l_p)`
-    and the ball bound :math:`q_i\cdot z + |q_i|\,r_i`, where ``z`` is the centre of the box and
-    :math:`r_i` the largest distance to ``z`` of a key the row sees (keys sorted by position when
-    masked); :math:`L_i = q_i\cdot z - |q_i|\,r_i`, since every such key has
-    :math:`q_i\cdot k \ge q_i\cdot z - |q_i|\,|k - z|`. ``keys_t`` is ``keys.T``, contiguous.
-    O((n + m) p).
+    lower bounds :math:`L_i \le` the same maximum: :math:`U_i, L_i = q_i\cdot z \pm |q_i|\,r_i`,
+    where ``z`` is the mean of the keys and :math:`r_i` the largest distance to ``z`` of a key
+    the row sees (keys sorted by position when masked), since every such key has
+    :math:`|q_i\cdot k - q_i\cdot z| \le |q_i|\,|k - z|`. O((n + m) p), in five passes over
+    the (n, p) and (m, p) arrays: a pass costs as much as its arithmetic here, the operands
+    having left the caches during the previous call's tiles (measured: 75 against 108 us at
+    n = 1000, d = 16 for the former minimum of this ball bound and the bounding-box bound).
     """
-    # numpy reduces a short axis slowly (measured: 16 us for the column maxima of (1000, 2) keys,
-    # 2 us through the transposed copy): row sums as products, column extremes of a copy
-    ones = np.ones(keys.shape[1])
-    hi, lo = keys_t.max(axis=1), keys_t.min(axis=1)
-    centre = 0.5 * (hi + lo)
-    radius = np.sqrt(((keys - centre) ** 2) @ ones)
-    qc, q_norm = Q @ centre, np.sqrt(np.einsum("ij,ij->i", Q, Q))
-    if cnt is None:   # sum_p max(q_p h_p, q_p l_p) = q . z + |q| . (h - l) / 2
-        box = qc + np.abs(Q) @ (0.5 * (hi - lo))
-        reach = q_norm * radius.max()
+    m = keys.shape[0]
+    centre = np.ones(m) @ keys
+    centre /= m
+    diff = keys - centre
+    radius2 = np.einsum("ij,ij->i", diff, diff)
+    qc, reach = Q @ centre, np.einsum("ij,ij->i", Q, Q)
+    if cnt is None:
+        reach = np.sqrt(reach * radius2.max())
     else:
-        last = np.maximum(cnt - 1, 0)
-        hi = np.maximum.accumulate(keys, axis=0)[last]
-        lo = np.minimum.accumulate(keys, axis=0)[last]
-        box = np.maximum(Q * hi, Q * lo) @ ones
-        reach = q_norm * np.maximum.accumulate(radius)[last]
-    return np.minimum(box, qc + reach), qc - reach
+        reach = np.sqrt(reach * np.maximum.accumulate(radius2)[np.maximum(cnt - 1, 0)])
+    return qc + reach, qc - reach
 
 
 def _pad_columns(a):
@@ -143,11 +142,9 @@ def _pad_columns(a):
     return np.hstack([a, np.zeros((a.shape[0], _NARROW - a.shape[1]))])
 
 
-def _sample_keys(keys_t):
-    """Indices (sorted) of the keys extreme along each coordinate and of evenly spaced keys.
-
-    ``keys_t``: the keys transposed, contiguous (a short-axis argmax is slow, see above).
-    """
+def _sample_keys(keys):
+    """Indices (sorted) of the keys extreme along each coordinate and of evenly spaced keys."""
+    keys_t = np.ascontiguousarray(keys.T)     # numpy reduces a short axis slowly: a copy
     m = keys_t.shape[1]
     idx = np.concatenate([keys_t.argmax(axis=1), keys_t.argmin(axis=1),
                           np.linspace(0, m - 1, min(m, _SAMPLE_KEYS)).astype(np.intp)])
@@ -194,7 +191,7 @@ def _small_sums(queries, keys, values, kind, q_pos, k_pos):
     return sums
 
 
-def _loose_blocks(Q, keys, keys_t, cnt, U, low, kind, rows):
+def _loose_blocks(Q, keys, cnt, U, low, kind, rows):
     """For each row block of ``rows`` queries, whether its shift bound ``U`` may be far from the
     row maxima (or too large for ``"exp"``), so that it needs the exact maxima: shape (nblocks,).
 
@@ -208,8 +205,12 @@ def _loose_blocks(Q, keys, keys_t, cnt, U, low, kind, rows):
     gap = U - low
     if cnt is not None:
         gap = np.where(cnt > 0, gap, -np.inf)
-    if np.max(gap, initial=-np.inf) > _MAX_GAP:
-        samples = _sample_keys(keys_t)
+    widest = np.max(gap, initial=-np.inf)
+    nblocks = -(-Q.shape[0] // rows)
+    if widest <= _MAX_GAP and (kind != "exp" or np.max(U, initial=0.0) <= _EXP_SHIFT_MAX):
+        return np.zeros(nblocks, dtype=bool)          # the usual case: every bound is tight
+    if widest > _MAX_GAP:
+        samples = _sample_keys(keys)
         sk = keys[samples]
         step = max(1, (1 << 18) // samples.size)           # (s, step) scores at a time
         for r0 in range(0, Q.shape[0], step):
@@ -264,9 +265,8 @@ class _Job:
             # (zero columns up to ``width``: the same scores, a faster product)
             self.shift, self.exact = np.zeros(n), np.zeros(0, dtype=bool)
             if m:   # the shift bounds, and which row blocks take the exact maximum instead
-                keys_t = np.ascontiguousarray(keys.T)
-                self.shift, low = _shift_bounds(queries, keys, keys_t, cnt)
-                self.exact = _loose_blocks(queries, keys, keys_t, cnt, self.shift, low, kind,
+                self.shift, low = _shift_bounds(queries, keys, cnt)
+                self.exact = _loose_blocks(queries, keys, cnt, self.shift, low, kind,
                                            self.rows)
             lhs = np.empty((n, width))
             lhs[:, :p], lhs[:, p], lhs[:, p + 1:] = queries, -self.shift, 0.0
@@ -448,10 +448,8 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
     parallel_blocks(job.nblocks, job.block, n * m)
     sums = job.sums if job.c == job.sums.shape[1] else job.sums[:, :job.c].copy()   # no padding
     shift = job.shift if job.exponential else None
-    if job.exponential:
-        empty = np.zeros(n, dtype=bool) if cnt is None else cnt == 0
-        if m == 0:
-            empty[:] = True
+    if job.exponential and (cnt is not None or m == 0):     # rows that see no key
+        empty = cnt == 0 if m else np.ones(n, dtype=bool)
         sums[empty] = np.nan
         shift[empty] = -np.inf
     if q_order is not None:

@@ -124,14 +124,37 @@ def test_time_dependent_parameters_match_loop_at_that_time():
     np.testing.assert_allclose(got, want, rtol=RTOL)
 
 
-def test_multihead_equals_sum_of_head_loops():
+@pytest.mark.parametrize("causal", [False, True])
+def test_multihead_equals_sum_of_head_loops(causal):
+    # three softmax heads (one engine call for all, their queries stacked) and a linear head
     X, w, s, A, V = _problem()
     rng = np.random.default_rng(3)
     A2, V2 = rng.standard_normal((3, 3)) / 2, rng.standard_normal((3, 3))
-    mh = MultiHead([Softmax(A, V), Softmax(A2, V2)])
-    want = (_loop_field(lambda x, y: np.exp(y @ A @ x), V, X, w)
-            + _loop_field(lambda x, y: np.exp(y @ A2 @ x), V2, X, w))
-    np.testing.assert_allclose(mh.velocity(Empirical(X, w)), want, rtol=RTOL)
+    A3, V3 = rng.standard_normal((3, 3)) / 2, rng.standard_normal((3, 3))
+    mh = MultiHead([Softmax(A, V, causal), Softmax(A2, V2, causal),
+                    Linear(A3, V3, causal), Softmax(A3, V3, causal)])
+    pos = s if causal else None
+    want = (_loop_field(lambda x, y: np.exp(y @ A @ x), V, X, w, pos)
+            + _loop_field(lambda x, y: np.exp(y @ A2 @ x), V2, X, w, pos)
+            + _loop_field(lambda x, y: y @ A3 @ x, V3, X, w, pos, normalise=False)
+            + _loop_field(lambda x, y: np.exp(y @ A3 @ x), V3, X, w, pos))
+    np.testing.assert_allclose(mh.velocity(Empirical(X, w, positions=pos)), want, rtol=RTOL)
+
+
+def test_multihead_batches_softmax_heads_but_not_their_subclasses():
+    # heads of time-dependent parameters go through the batched call at their time t; a
+    # subclass of Softmax keeps its own field
+    X, w, _, A, V = _problem(seed=5)
+
+    class Doubled(Softmax):
+        def field(self, points, weights, positions, t):
+            return 2.0 * super().field(points, weights, positions, t)
+
+    mu, t = Empirical(X, w), 0.7
+    heads = [Softmax(lambda t: A * (1 + t), V), Softmax(A.T, lambda t: V * t), Doubled(A, V)]
+    want = (Softmax(A * 1.7, V).velocity(mu) + Softmax(A.T, V * t).velocity(mu)
+            + 2.0 * Softmax(A, V).velocity(mu))
+    np.testing.assert_allclose(MultiHead(heads).velocity(mu, t=t), want, rtol=1e-13)
 
 
 def test_softmax_with_large_scores_selects_the_best_key():

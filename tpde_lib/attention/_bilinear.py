@@ -103,6 +103,24 @@ class Softmax(_Bilinear):
                          positions, k_pos)
         return normalised(nd, self.V(t))
 
+    @staticmethod
+    def _summed_field(heads, points, weights, positions, t):
+        r"""The sum of the fields of several softmax heads (a multi-head layer), shape (n, d).
+
+        The heads share their keys and values, so their queries, stacked into one (H n, d)
+        array, go through one call of the kernel engine: one set-up and one hand-over to the
+        threads instead of H (measured: two heads, n = 1000, d = 16, 2.1 against 2.5 ms).
+        """
+        n = points.shape[0]
+        keys, w, k_pos = support(points, weights, positions)
+        queries = np.concatenate([h.queries(points, t) for h in heads])
+        q_pos = None if positions is None else np.tile(positions, len(heads))
+        nd = kernel_sums(queries, keys, weighted_values(keys, w), "softmax", q_pos, k_pos)
+        out = normalised(nd[:n], heads[0].V(t))
+        for i, h in enumerate(heads[1:], start=1):
+            out += normalised(nd[i * n:(i + 1) * n], h.V(t))
+        return out
+
     def gaussian_rhs(self, mean, cov, t=0.0):
         r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`
         (:func:`tpde_lib.gaussian_odes.softmax_rhs`). Returns ``(dmean (d,), dcov (d, d))``."""

@@ -7,6 +7,7 @@ import numpy as np
 from .. import gaussian_odes
 from .._checks import as_flag
 from ._base import Attention, GaussianClosure, matrix_param, square_param
+from ._bilinear import Softmax
 from ._kernels import kernel_sums, normalised, support, times_transpose, weighted_values
 
 __all__ = ["MultiHead", "L2"]
@@ -24,7 +25,9 @@ class MultiHead(Attention):
     Each head is any :class:`~tpde_lib.Attention` (softmax heads give the usual multi-head
     layer; head ``h``'s value matrix is then the merged :math:`W^O_h V_h`). The Gaussian closure
     is the sum of the heads' closures, and exists only when every head has one; likewise the
-    stability constants.
+    stability constants. The :class:`Softmax` heads (not its subclasses) share their keys and
+    values, so their fields are computed in one call of the kernel engine, their queries
+    stacked (``Softmax._summed_field``).
 
     Parameters
     ----------
@@ -57,9 +60,14 @@ class MultiHead(Attention):
         self.causal = heads[0].causal
 
     def field(self, points, weights, positions, t):
-        out = np.array(self.heads[0].field(points, weights, positions, t), dtype=float)
-        for h in self.heads[1:]:
-            out += h.field(points, weights, positions, t)
+        # plain softmax heads (not subclasses, which may change their field) in one engine call
+        soft = [h for h in self.heads if type(h) is Softmax]
+        rest = [h for h in self.heads if type(h) is not Softmax] if len(soft) > 1 else self.heads
+        out = (np.array(Softmax._summed_field(soft, points, weights, positions, t), dtype=float)
+               if len(soft) > 1 else None)
+        for h in rest:
+            f = h.field(points, weights, positions, t)
+            out = np.array(f, dtype=float) if out is None else out + f
         return out
 
     @property

@@ -393,6 +393,19 @@ def test_tiles_stay_within_the_budget(n, m):
         assert rows * cols <= max(K._BLOCK_ENTRIES, cols)
 
 
+@pytest.mark.parametrize("n,m", [(1000, 1000), (1001, 999), (4000, 300), (2100, 129), (513, 7000)])
+def test_tiles_and_threaded_row_blocks_have_equal_sizes(n, m):
+    # the keys are cut into tiles of equal width and a threaded call's rows into blocks of equal
+    # size: together they overshoot m (n) by less than one key (row) per tile (block), so no
+    # tile or block is mostly empty and the zero-key padding stays below one key per tile
+    for p in (2, 5, 17):
+        rows, cols = K.block_shape(n, m, p)
+        tiles, blocks = -(-m // cols), -(-n // rows)
+        assert 0 <= tiles * cols - m < tiles
+        assert n * m >= K._PARALLEL_ENTRIES and blocks >= K._MIN_BLOCKS
+        assert 0 <= blocks * rows - n < blocks
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_peak_memory_is_far_below_the_score_matrix(masked, pool_allowed):
     K.set_num_threads(2)

@@ -62,12 +62,14 @@ class MultiHead(Attention):
     def field(self, points, weights, positions, t):
         # plain softmax heads (not subclasses, which may change their field) in one engine call
         soft = [h for h in self.heads if type(h) is Softmax]
-        rest = [h for h in self.heads if type(h) is not Softmax] if len(soft) > 1 else self.heads
-        out = (np.array(Softmax._summed_field(soft, points, weights, positions, t), dtype=float)
-               if len(soft) > 1 else None)
+        if len(soft) > 1:
+            out = Softmax._summed_field(soft, points, weights, positions, t)
+            rest = [h for h in self.heads if type(h) is not Softmax]
+        else:
+            out = np.array(self.heads[0].field(points, weights, positions, t), dtype=float)
+            rest = self.heads[1:]
         for h in rest:
-            f = h.field(points, weights, positions, t)
-            out = np.array(f, dtype=float) if out is None else out + f
+            out += h.field(points, weights, positions, t)
         return out
 
     @property

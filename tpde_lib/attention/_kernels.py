@@ -137,11 +137,15 @@ def _shift_bounds(Q, keys, cnt):
     return qc + reach, qc - reach
 
 
-def _pad_columns(a):
-    """``a`` with zero columns appended up to ``_NARROW`` columns (``a`` itself if wide enough)."""
-    if a.shape[1] >= _NARROW:
+def _padded(a, rows, cols):
+    """``a`` (r, k) in the top-left corner of zeros of shape (rows, cols), r <= rows, k <= cols
+    (``a`` itself when it has that shape). Zero columns give the same scores and a faster
+    product; a zero key scores 0 and adds kappa(0) x 0 = 0."""
+    if a.shape == (rows, cols):
         return a
-    return np.hstack([a, np.zeros((a.shape[0], _NARROW - a.shape[1]))])
+    out = np.zeros((rows, cols))
+    out[: a.shape[0], : a.shape[1]] = a
+    return out
 
 
 def _sample_keys(keys):
@@ -250,36 +254,28 @@ class _Job:
         m = keys.shape[0]
         self.kind, self.cnt, self.p, self.n, self.m = kind, cnt, p, n, m
         self.c = values.shape[1]
-        self.values = _pad_columns(values)
-        # every row block writes all its rows; with no keys there is no block
-        self.sums = (np.empty if m else np.zeros)((n, self.values.shape[1]))
         self.exponential = kind in ("softmax", "exp")
         width = max(p + 1, _NARROW) if self.exponential else max(p, _NARROW)
         self.rows, self.cols = block_shape(n, m, width)
         self.nblocks = -(-n // self.rows) if m else 0
         # unmasked built-in kernels: zero keys (and values) up to whole tiles, so that every tile
-        # goes into the batched chunks; a zero key scores 0 and adds kappa(0) x 0 = 0
+        # goes into the batched chunks; inner and value widths padded with zero columns
         pad = (-m % self.cols) if cnt is None and not callable(kind) else 0
-        if pad:
-            self.values = np.concatenate([self.values, np.zeros((pad, self.values.shape[1]))])
+        self.values = _padded(values, m + pad, max(self.c, _NARROW))
+        self.lhs = _padded(-queries if kind == "sigmoid" else queries, n, width)
+        self.keys = _padded(keys, m + pad, width)
+        # every row block writes all its rows; with no keys there is no block
+        self.sums = (np.empty if m else np.zeros)((n, self.values.shape[1]))
         if self.exponential:
             # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
-            # (zero columns up to ``width``: the same scores, a faster product)
+            # (width > p: lhs and keys are padded copies)
             self.shift, self.exact = np.zeros(n), np.zeros(0, dtype=bool)
             if m:   # the shift bounds, and which row blocks take the exact maximum instead
                 self.shift, low = _shift_bounds(queries, keys, cnt)
                 self.exact = _loose_blocks(queries, keys, cnt, self.shift, low, kind,
                                            self.rows)
-            lhs = np.empty((n, width))
-            lhs[:, :p], lhs[:, p], lhs[:, p + 1:] = queries, -self.shift, 0.0
-            ext = np.zeros((m + pad, width))
-            ext[:m, :p], ext[:m, p] = keys, 1.0
-            self.lhs, self.keys = lhs, ext
-        else:       # zero columns up to ``width``: the same scores, a faster product
-            self.lhs = _pad_columns(-queries if kind == "sigmoid" else queries)
-            self.keys = _pad_columns(keys)
-            if pad:
-                self.keys = np.concatenate([self.keys, np.zeros((pad, width))])
+            self.lhs[:, p] = -self.shift
+            self.keys[:m, p] = 1.0
         nfull = self.keys.shape[0] // self.cols
         self.keys3 = self.keys[: nfull * self.cols].reshape(nfull, self.cols, self.keys.shape[1])
         self.values3 = self.values[: nfull * self.cols].reshape(nfull, self.cols,
@@ -317,10 +313,6 @@ class _Job:
         best[~np.isfinite(best)] = 0.0
         return best
 
-    def _kernel(self, T):
-        """The kernel applied in place to a tile (c_b, b) or a chunk of tiles (k, c_b, b)."""
-        _apply_kernel(self.kind, T, T.T)
-
     def block(self, i):
         """Rows i b .. (i + 1) b of the sums: the partial sums of every tile of keys they see,
         then their sum over the tiles (in tile order)."""
@@ -345,14 +337,14 @@ class _Job:
             t1 = min(batched, t0 + self.chunk)
             T = tile[: (t1 - t0) * cols * b].reshape(t1 - t0, cols, b)
             np.matmul(self.keys3[t0:t1], lhs_t, out=T)
-            self._kernel(T)
+            _apply_kernel(self.kind, T, T.T)
             np.matmul(T.transpose(0, 2, 1), self.values3[t0:t1], out=part[t0:t1])
         for t in range(batched, ntiles):                 # partial, masked or callable: one by one
             c0 = t * cols
             c1 = min(ncols, c0 + cols)
             T = tile[: (c1 - c0) * b].reshape(c1 - c0, b)
             np.matmul(self.keys[c0:c1], lhs_t, out=T)
-            self._kernel(T)
+            _apply_kernel(self.kind, T, T.T)
             if cnt is not None and c1 > full:
                 lo = max(c0, full)
                 np.copyto(T[lo - c0:], 0.0, where=self._hidden(r0, r1, lo, c1))

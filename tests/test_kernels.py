@@ -17,6 +17,7 @@ import pytest
 
 import tpde_lib.attention._dense as D
 import tpde_lib.attention._kernels as K
+import tpde_lib.attention._shifts as Sh
 from tpde_lib import kernel_sums
 
 RTOL = 1e-11
@@ -78,7 +79,7 @@ def _check_exponential(Q, Y, values, q_pos=None, k_pos=None):
     np.testing.assert_allclose(sums[seen] * np.exp(M[seen])[:, None], want[seen], rtol=RTOL,
                                atol=1e-13 * np.abs(want).max())
     assert np.all(M[seen] >= true_max[seen] - 1e-12)
-    assert np.all(M[seen] <= true_max[seen] + K._MAX_GAP)
+    assert np.all(M[seen] <= true_max[seen] + Sh._MAX_GAP)
     assert np.isnan(sums[~seen]).all() and np.all(M[~seen] == -np.inf)
 
 
@@ -177,7 +178,7 @@ def test_exact_maximum_ignores_the_padding_keys(tiling):
     soft = kernel_sums(Q, Y, values, "softmax")
     np.testing.assert_allclose(soft[:, :-1] / soft[:, -1:], E[:, :-1] / E[:, -1:], rtol=1e-9)
     sums, M = kernel_sums(Q, Y, values, "exp")
-    assert np.all(M >= true_max - 1e-9) and np.all(M <= true_max + K._MAX_GAP)
+    assert np.all(M >= true_max - 1e-9) and np.all(M <= true_max + Sh._MAX_GAP)
     np.testing.assert_allclose(sums * np.exp(M - true_max)[:, None], E, rtol=1e-9,
                                atol=1e-13 * np.abs(E).max())
 
@@ -185,9 +186,41 @@ def test_exact_maximum_ignores_the_padding_keys(tiling):
 def test_bound_shift_is_used_when_tight():
     # consistency check of the fast path: moderate scores keep the bound, within the gap
     Q, Y, values, _, _ = _problem(seed=6)
-    job = K._Job(Q, Y, values, "softmax", None)
-    assert job.exact.shape == (job.nblocks,) and not job.exact.any()
+    job = K._Job(Q, Y, values, "exp", None)
+    assert job.shifted and job.exact.shape == (job.nblocks,) and not job.exact.any()
     assert np.all(job.shift >= (Q @ Y.T).max(axis=1) - 1e-12)
+
+
+def _scaled_to(Q, Y, B):
+    """Q rescaled so that max|q| max|k| = B (the bound _unshifted compares with _MAX_GAP)."""
+    top = np.sqrt((Q**2).sum(axis=1).max() * (Y**2).sum(axis=1).max())
+    return Q * (B / top)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_softmax_is_unshifted_exactly_when_every_score_is_small(masked, blocked):
+    # the decision, and the sums on both sides of it against the stabilised dense oracle:
+    # B = 0.999 x 200 needs no shift (the largest term of a row may be ~ e^-200), B = 1.001 x 200
+    # takes the bound shift; max|values| m near 1e200 or a NaN switch the shift back on
+    Q, Y, values, q_pos, k_pos = _problem(seed=8, masked=masked)
+    for B, unshifted in [(0.999 * Sh._MAX_GAP, True), (1.001 * Sh._MAX_GAP, False)]:
+        Qb = _scaled_to(Q, Y, B)
+        assert Sh._unshifted(Qb, Y, values) is unshifted
+        job = K._Job(Qb, Y, values, "softmax", None)
+        assert job.shifted is not unshifted and job.lhs.shape[1] == 4   # p = 3: + shift or pad
+        assert job.shifted or not job.shift.any()
+        S = Qb @ Y.T
+        if masked:
+            S = np.where(k_pos[None, :] <= q_pos[:, None], S, -np.inf)
+        seen = np.isfinite(S.max(axis=1))
+        E = np.exp(S[seen] - S[seen].max(axis=1, keepdims=True)) @ values
+        got = kernel_sums(Qb, Y, values, "softmax", q_pos, k_pos)[seen]
+        np.testing.assert_allclose(got[:, :-1] / got[:, -1:], E[:, :-1] / E[:, -1:], rtol=1e-9)
+    small = _scaled_to(Q, Y, 10.0)
+    assert Sh._unshifted(small, Y, values)
+    assert not Sh._unshifted(small, Y, values * (1e200 / Y.shape[0]) * 1.01)
+    assert not Sh._unshifted(small, Y, np.where(values == values.max(), np.nan, values))
+    assert not Sh._unshifted(np.where(small == small.max(), np.nan, small), Y, values)
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -196,8 +229,8 @@ def test_sampled_keys_keep_the_bound_shift(masked, blocked):
     # the sampled keys' scores show the bound is within it, so the bound stays the shift (not
     # the exact maximum) and the sums are still those of the oracle
     Q, Y, values, q_pos, k_pos = _problem(scale=15.0, seed=4, masked=masked)
-    U, low = K._shift_bounds(Q, Y, None)
-    assert np.max(U - low) > K._MAX_GAP
+    U, low = Sh._shift_bounds(Q, Y, None)
+    assert np.max(U - low) > Sh._MAX_GAP
     _check_exponential(Q, Y, values, q_pos, k_pos)
     _, M = kernel_sums(Q, Y, values, "exp", q_pos, k_pos)
     _, true_max = _naive(Q, Y, values, "exp", q_pos, k_pos)
@@ -214,9 +247,13 @@ def test_narrow_values_give_contiguous_sums():
         assert got.shape == (37, 2) and got.flags.c_contiguous
 
 
-def test_bound_shift_is_as_accurate_as_the_exact_maximum():
-    # gaps U - max S up to ~ 100 use the bound as the shift (_MAX_GAP = 200): against an 80-bit
-    # oracle the normalised sums are as accurate as numpy's with the exact row maximum
+@pytest.mark.parametrize("shift", ["bound", "none"])
+def test_bound_shift_is_as_accurate_as_the_exact_maximum(shift, monkeypatch):
+    # gaps U - max S up to ~ 100 use the bound as the shift (_MAX_GAP = 200), and scores this
+    # small need none: against an 80-bit oracle the normalised sums are as accurate as numpy's
+    # with the exact row maximum either way
+    if shift == "bound":
+        monkeypatch.setattr(K, "_unshifted", lambda *args: False)
     worst_ours = worst_plain = widest = 0.0
     for seed in range(10):
         Q, Y, values, _, _ = _problem(n=200, m=300, p=8, scale=5.0, seed=seed)
@@ -226,6 +263,7 @@ def test_bound_shift_is_as_accurate_as_the_exact_maximum():
         S = Q @ Y.T
         E = np.exp(S - S.max(axis=1, keepdims=True)) @ values
         got = kernel_sums(Q, Y, values, "softmax")
+        assert K._Job(Q, Y, values, "softmax", None).shifted is (shift == "bound")
         scale = np.abs(want).max()
         worst_ours = max(worst_ours, np.abs(got[:, :-1] / got[:, -1:] - want).max() / scale)
         worst_plain = max(worst_plain, np.abs(E[:, :-1] / E[:, -1:] - want).max() / scale)

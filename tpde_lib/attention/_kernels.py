@@ -293,7 +293,8 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
 
         - ``"softmax"``: :math:`\sum_j e^{S_{ij}-M_i}\,\mathrm{values}_j` with a row shift
           :math:`M_i` (it cancels when the caller divides a numerator by a denominator): 0 when
-          every :math:`|S_{ij}| \le 200`, else as for ``"exp"``;
+          :math:`\max_i|q_i|\,\max_j|k_j| \le 200` (so every :math:`|S_{ij}| \le 200`) and
+          :math:`m\max|\mathrm{values}| \le 10^{200}`, else as for ``"exp"``;
         - ``"exp"``: the same sums *and* ``M`` (shape (n,)), so that the unscaled sum is
           :math:`e^{M_i}` times row ``i``. :math:`M_i` is the row maximum of the (visible)
           scores, or an upper bound of it within ``_MAX_GAP`` = 200 and at most 700, so

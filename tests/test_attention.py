@@ -167,6 +167,21 @@ def test_softmax_with_large_scores_selects_the_best_key():
     np.testing.assert_allclose(got, X[best], atol=1e-12)
 
 
+@pytest.mark.parametrize("n", [40, 400])           # the dense path and the blocked one
+def test_a_huge_value_matrix_scales_the_field_without_overflow(n):
+    # scores up to ~ 150 take no shift in the blocked engine, so its sums reach ~ e^150: the
+    # average must be formed before V = 1e300 I multiplies it (the field is 1e300 x that of
+    # V = I, finite)
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((n, 2))
+    A = 150.0 / np.abs(X).max() ** 2 / 2.0 * np.eye(2)
+    mu = Empirical(X)
+    assert np.abs(X @ A @ X.T).max() > 50.0
+    want = Softmax(A, np.eye(2)).velocity(mu)
+    np.testing.assert_allclose(Softmax(A, 1e300 * np.eye(2)).velocity(mu), 1e300 * want,
+                               rtol=1e-13)
+
+
 def test_zero_weight_tokens_do_not_act_on_others():
     X, w, _, A, V = _problem()
     w = w.copy()

@@ -398,10 +398,10 @@ def times_transpose(x, M):
 
 def normalised(sums, V):
     """``(numerator / denominator) @ V.T``, shape (n, d), from kernel sums ``[num | den]``
-    (n, d + 1) of :func:`weighted_values`: the average under the attention weights, times V."""
-    out = times_transpose(sums[:, :-1], V)
-    out /= sums[:, -1:]
-    return out
+    (n, d + 1) of :func:`weighted_values`: the average under the attention weights, times V.
+    The average comes first, so that sums far from 1 (up to ~e^200 without a shift) never meet
+    a large V: ``Softmax(A, 1e300 * I)`` stays finite."""
+    return times_transpose(sums[:, :-1] / sums[:, -1:], V)
 
 
 def support(points, weights, positions):

@@ -280,6 +280,15 @@ def test_empty_key_set():
     np.testing.assert_array_equal(kernel_sums(Q, Y[:0], values[:0], "sigmoid"), 0.0)
 
 
+@pytest.mark.parametrize("kind", ["softmax", "exp", "sigmoid", _relu], ids=str)
+def test_empty_query_set(kind):
+    # no query, some keys: empty sums (and shifts), not a failed reduction over no rows
+    _, Y, values, _, _ = _problem()
+    got = kernel_sums(np.zeros((0, 3)), Y, values, kind)
+    sums, M = got if kind == "exp" else (got, np.zeros(0))
+    assert sums.shape == (0, 4) and M.shape == (0,)
+
+
 # ---------------------------------------------------------------------------------------------
 # threads: bitwise identical results, the pool really used, errors and errstate carried over
 # ---------------------------------------------------------------------------------------------

@@ -56,10 +56,10 @@ def _unshifted(queries, keys, values):
     at least :math:`e^{-200}`, all terms within 40 of it are normal numbers, and none exceeds
     :math:`e^{200}`), and :math:`m\max|\mathrm{values}| \le 10^{200}`, so that no sum comes
     near overflow (at most :math:`e^{200}\,10^{200} < 10^{287}`). False for NaN or inf."""
-    q2 = np.einsum("ij,ij->i", queries, queries).max()
-    k2 = np.einsum("ij,ij->i", keys, keys).max()
+    q2 = np.einsum("ij,ij->i", queries, queries).max(initial=0.0)      # (no query: 0)
+    k2 = np.einsum("ij,ij->i", keys, keys).max(initial=0.0)
     return bool(q2 * k2 <= _MAX_GAP**2
-                and keys.shape[0] * max(values.max(), -values.min()) <= 1e200)
+                and keys.shape[0] * np.abs(values).max(initial=0.0) <= 1e200)
 
 
 def _sample_keys(keys):

@@ -55,8 +55,8 @@ MUTANTS = [
     # ---- velocity fields (chapter 1 compares each with its formula written in numpy) --------
     M("softmax-V-transposed", "softmax field applies V^T instead of V",
       "attention/_bilinear.py",
-      "normalised(nd, self.V(t))\n\n    @staticmethod\n    def _summed_field(",
-      "normalised(nd, self.V(t).T)\n\n    @staticmethod\n    def _summed_field(",
+      "out = normalised(nd[:n], heads[0].V(t))",
+      "out = normalised(nd[:n], heads[0].V(t).T)",
       "01_transformer_pde"),
     M("multihead-last-head-dropped", "multi-head layer without its last softmax head",
       "attention/_bilinear.py", "for i, h in enumerate(heads[1:], start=1):",

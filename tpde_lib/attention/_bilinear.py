@@ -98,14 +98,12 @@ class Softmax(_Bilinear):
         return cls(A, V, causal=causal)
 
     def field(self, points, weights, positions, t):
-        keys, w, k_pos = support(points, weights, positions)
-        nd = kernel_sums(self.queries(points, t), keys, weighted_values(keys, w), "softmax",
-                         positions, k_pos)
-        return normalised(nd, self.V(t))
+        return self._summed_field([self], points, weights, positions, t)
 
     @staticmethod
     def _summed_field(heads, points, weights, positions, t):
-        r"""The sum of the fields of several softmax heads (a multi-head layer), shape (n, d).
+        r"""The sum of the fields of one or several softmax heads (a multi-head layer), shape
+        (n, d).
 
         The heads share their keys and values, so their queries, stacked into one (H n, d)
         array, go through one call of the kernel engine: one set-up and one hand-over to the
@@ -113,7 +111,8 @@ class Softmax(_Bilinear):
         """
         n = points.shape[0]
         keys, w, k_pos = support(points, weights, positions)
-        queries = np.concatenate([h.queries(points, t) for h in heads])
+        queries = [h.queries(points, t) for h in heads]
+        queries = queries[0] if len(heads) == 1 else np.concatenate(queries)    # no copy of one
         q_pos = None if positions is None else np.tile(positions, len(heads))
         nd = kernel_sums(queries, keys, weighted_values(keys, w), "softmax", q_pos, k_pos)
         out = normalised(nd[:n], heads[0].V(t))

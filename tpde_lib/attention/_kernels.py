@@ -175,9 +175,11 @@ class _Job:
         self.kind, self.cnt, self.p, self.n, self.m = kind, cnt, p, n, m
         self.c = values.shape[1]
         self.exponential = kind in ("softmax", "exp")
-        # a shift column in the score product, unless softmax scores are small (_unshifted)
-        self.shifted = self.exponential and not (kind == "softmax" and m > 0
-                                                 and _unshifted(queries, keys, values))
+        # a shift column in the score product, unless softmax scores are small (_unshifted);
+        # the squared query norms serve both that test and the shift bounds
+        qq = np.einsum("ij,ij->i", queries, queries) if self.exponential and m else None
+        self.shifted = self.exponential and m > 0 and not (
+            kind == "softmax" and _unshifted(queries, keys, values, qq))
         width = max(p + self.shifted, _NARROW)
         self.rows, self.cols = block_shape(n, m, width)
         self.nblocks = -(-n // self.rows) if m else 0
@@ -193,11 +195,10 @@ class _Job:
             self.shift, self.exact = np.zeros(n), np.zeros(self.nblocks, dtype=bool)
         if self.shifted:
             # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
-            # (width > p: lhs and keys are padded copies)
-            if m:   # the shift bounds, and which row blocks take the exact maximum instead
-                self.shift, low = _shift_bounds(queries, keys, cnt)
-                self.exact = _loose_blocks(queries, keys, cnt, self.shift, low, kind,
-                                           self.rows)
+            # (width > p: lhs and keys are padded copies); the shift bounds, and which row
+            # blocks take the exact maximum instead
+            self.shift, low = _shift_bounds(queries, keys, cnt, qq)
+            self.exact = _loose_blocks(queries, keys, cnt, self.shift, low, kind, self.rows)
             self.lhs[:, p] = -self.shift
             self.keys[:m, p] = 1.0
         nfull = self.keys.shape[0] // self.cols

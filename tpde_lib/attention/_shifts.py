@@ -25,7 +25,7 @@ _EXP_SHIFT_MAX = 700.0
 _SAMPLE_KEYS = 32
 
 
-def _shift_bounds(Q, keys, cnt):
+def _shift_bounds(Q, keys, cnt, qq=None):
     r"""Upper bounds :math:`U_i \ge \max_{j < c_i} q_i\cdot k_j` (all keys if ``cnt`` is None), and
     lower bounds :math:`L_i \le` the same maximum: :math:`U_i, L_i = q_i\cdot z \pm |q_i|\,r_i`,
     where ``z`` is the mean of the keys and :math:`r_i` the largest distance to ``z`` of a key
@@ -35,14 +35,15 @@ def _shift_bounds(Q, keys, cnt):
     having left the caches during the previous call's tiles (measured: 75 against 108 us at
     n = 1000, d = 16 for the former minimum of this ball bound and the bounding-box bound).
     Computed for all rows before the blocks run: each block computing its own rows' bounds and
-    query tile was slower (whole call 1.29 against 1.17 ms, same machine and size).
+    query tile was slower (whole call 1.29 against 1.17 ms, same machine and size). ``qq``:
+    the squared row norms of ``Q`` when the caller has them (:func:`_unshifted` needs them too).
     """
     m = keys.shape[0]
     centre = np.ones(m) @ keys
     centre /= m
     diff = keys - centre
     radius2 = np.einsum("ij,ij->i", diff, diff)
-    qc, reach = Q @ centre, np.einsum("ij,ij->i", Q, Q)
+    qc, reach = Q @ centre, np.einsum("ij,ij->i", Q, Q) if qq is None else qq
     if cnt is None:
         reach = np.sqrt(reach * radius2.max())
     else:
@@ -50,13 +51,16 @@ def _shift_bounds(Q, keys, cnt):
     return qc + reach, qc - reach
 
 
-def _unshifted(queries, keys, values):
+def _unshifted(queries, keys, values, qq=None):
     r"""Whether ``"softmax"`` sums can do without a shift: :math:`|q_i\cdot k_j| \le
     \max_i|q_i|\,\max_j|k_j| \le` ``_MAX_GAP`` for every score (so each row's largest term is
     at least :math:`e^{-200}`, all terms within 40 of it are normal numbers, and none exceeds
     :math:`e^{200}`), and :math:`m\max|\mathrm{values}| \le 10^{200}`, so that no sum comes
-    near overflow (at most :math:`e^{200}\,10^{200} < 10^{287}`). False for NaN or inf."""
-    q2 = np.einsum("ij,ij->i", queries, queries).max(initial=0.0)      # (no query: 0)
+    near overflow (at most :math:`e^{200}\,10^{200} < 10^{287}`). False for NaN or inf.
+    ``qq``: the squared row norms of ``queries``, as for :func:`_shift_bounds`."""
+    if qq is None:
+        qq = np.einsum("ij,ij->i", queries, queries)
+    q2 = qq.max(initial=0.0)                                           # (no query: 0)
     k2 = np.einsum("ij,ij->i", keys, keys).max(initial=0.0)
     return bool(q2 * k2 <= _MAX_GAP**2
                 and keys.shape[0] * np.abs(values).max(initial=0.0) <= 1e200)

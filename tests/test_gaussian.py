@@ -402,3 +402,93 @@ def test_ellipse_points_lie_on_the_n_std_level_set_of_the_marginal():
 def test_closed_forms_and_euler_reject_nan_and_non_symmetric_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ---------------------------------------------------------------------------------------------
+# an ensemble with a stiff member; a reader's closure checked where its results come back
+# ---------------------------------------------------------------------------------------------
+def _random_v_members():
+    """Members 2, 0, 5 of issue 31's ensemble (d = 3, V = I + 0.3 randn / sqrt(d), A standard
+    normal of unit norm, Sigma_0 = I): member 2 converges, member 0 blows up, member 5 grows
+    stiffly (20 000 steps reach only t = 2.3 of 50)."""
+    d = 3
+    rng = np.random.default_rng(0)
+    V = np.eye(d) + 0.3 * rng.standard_normal((100, d, d)) / np.sqrt(d)
+    A = rng.standard_normal((100, d, d))
+    A /= np.linalg.norm(A, 2, axis=(1, 2))[:, None, None]
+    return [Softmax(A[b], V[b]) for b in (2, 0, 5)]
+
+
+def test_a_stiff_member_spends_its_own_step_budget_and_the_others_finish():
+    atts, d = _random_v_members(), 3
+    ts = [0.0, 25.0, 50.0]
+    # the old solver raised RuntimeError (max_steps) for the whole batch here
+    with pytest.warns(RuntimeWarning, match=r"1 of 3 members .* 2 \(max_steps, t="):
+        gb = simulate_gaussian_batch(atts, np.stack([np.eye(d)] * 3), ts, max_steps=500)
+    assert gb.status.tolist() == ["ok", "blowup", "max_steps"]
+    assert np.isfinite(gb.cov).all() and np.isfinite(gb.mean).all()
+    assert gb.valid[0].all() and not gb.valid[2, 1:].any() and gb.blowup_time[2] == np.inf
+    assert gb.t_end[0] == 50.0 and 0 < gb.t_end[2] < 25.0 and gb.t_end[1] < gb.blowup_time[1]
+    for b in (0, 1):   # the finished and the blown-up members are those of the single solver
+        one = simulate_gaussian(atts[b], Gaussian(np.zeros(d), np.eye(d)), ts, method="RK45")
+        k = len(one)
+        assert np.allclose(gb.cov[b, :k], one.cov, rtol=1e-7, atol=1e-9)
+    assert abs(gb.blowup_time[1] - one.blowup_time) < 1e-5 * one.blowup_time   # as above
+
+
+class _ReaderClosure(Softmax):
+    """A reader's variant: softmax's field, its own gaussian_rhs (no batched closure), whose
+    covariance derivative is replaced by ``bad(dcov)`` (by ``bad(dcov, t)`` with ``timed``)."""
+
+    def __init__(self, bad, timed=False):
+        super().__init__(-np.eye(2), np.eye(2))
+        self.bad, self.timed = bad, timed
+
+    def field(self, points, weights, positions, t):
+        return Softmax.field(self, points, weights, positions, t)
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        m, c = self.check_gaussian(mean, cov, t)
+        X = c @ self.A(t) @ c
+        return -m - c @ m, self.bad(X + X.T, t) if self.timed else self.bad(X + X.T)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (lambda dc: np.diag(dc), ValueError, r"covariance derivative of shape \(2,\), expected \(2, 2\)"),
+    (lambda dc: 0.5, ValueError, r"covariance derivative of shape \(\), expected \(2, 2\)"),
+    (lambda dc: dc[:1], ValueError, r"shape \(1, 2\), expected \(2, 2\)"),
+    (lambda dc: dc + 1e-3j, TypeError, "complex128, expected real"),
+    (lambda dc: dc * np.nan, ValueError, "non-finite values .* initial state"),
+    (lambda dc: "x", TypeError, "dtype <U1"),
+])
+def test_a_readers_gaussian_rhs_is_checked_by_both_solvers(bad, error, match):
+    att = _ReaderClosure(bad)
+    with pytest.raises(error, match=r"_ReaderClosure\.gaussian_rhs.*" + match):
+        simulate_gaussian(att, Gaussian(np.zeros(2), np.eye(2)), [0.0, 1.0])
+    with pytest.raises(error, match=r"_ReaderClosure\.gaussian_rhs.*" + match):
+        simulate_gaussian_batch([att, att], np.stack([np.eye(2)] * 2), [0.0, 1.0])
+
+
+def test_a_readers_closure_that_fails_later_is_reported_with_its_time():
+    # finite at t = 0, NaN from t = 0.5 on: the single solver names gaussian_rhs and the time,
+    # the batch ends that member (step underflow) and finishes the other
+    att = _ReaderClosure(lambda dc: dc)
+    late = _ReaderClosure(lambda dc, t: dc * (np.nan if t > 0.5 else 1.0), timed=True)
+    g0 = Gaussian(np.zeros(2), np.eye(2))
+    with pytest.raises(RuntimeError, match=r"gaussian_rhs returned non-finite values at finite "
+                                           r"states from t=0\.5"):
+        simulate_gaussian(late, g0, [0.0, 1.0])
+    with pytest.warns(RuntimeWarning, match="step_underflow"):
+        gb = simulate_gaussian_batch([late, att], np.stack([np.eye(2)] * 2), [0.0, 0.25, 1.0])
+    assert gb.status.tolist() == ["step_underflow", "ok"]
+    assert 0.5 - 1e-9 < gb.t_end[0] <= 0.5 and gb.valid[0].tolist() == [True, True, False]
+    assert np.isfinite(gb.cov).all()
+
+
+@pytest.mark.parametrize("max_step, error", [(np.nan, ValueError), (0.0, ValueError),
+                                              (-1.0, ValueError), ("1", TypeError)])
+def test_max_step_must_be_positive_or_inf(max_step, error):
+    att, g0 = Softmax(-np.eye(2), np.eye(2)), Gaussian(np.zeros(2), np.eye(2))
+    with pytest.raises(error, match="max_step"):
+        simulate_gaussian(att, g0, [0.0, 1.0], max_step=max_step)
+    assert len(simulate_gaussian(att, g0, [0.0, 1.0], max_step=np.inf)) == 2

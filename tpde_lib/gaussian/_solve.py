@@ -32,12 +32,16 @@ never NaN or infinite.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.integrate import solve_ivp
 
 from .._checks import as_covariance, as_float_array, as_positive, as_times
+from ..attention import Attention
 from ..integrate import solve_batch
 from ..measures import Gaussian
 from ._closure import BatchRhs, as_attention_list
@@ -106,7 +110,15 @@ class GaussianBatch:
         1e-3 of the elapsed time); there the values are frozen at the last finite state
         (never NaN/inf).
     status : ndarray of str, shape (B,)
-        ``"ok"``, ``"blowup"`` or ``"growth_limit"``, as :attr:`GaussianTrajectory.status`.
+        Why each member ended: ``"ok"`` (reached the last time), ``"blowup"`` or
+        ``"growth_limit"`` (as :attr:`GaussianTrajectory.status`, with ``blowup_time``),
+        ``"max_steps"`` (its step budget ran out, typically a stiff member: a small eigenvalue
+        of :math:`\\Sigma` collapsing while a large one grows) or ``"step_underflow"`` (its step
+        size fell below round-off without a blow-up signature). The other members are not
+        affected by one that ends early.
+    t_end : ndarray, shape (B,)
+        The time each member reached (``times[-1]`` for ``"ok"``; the detection time for a
+        blow-up, a little before ``blowup_time``).
     """
 
     times: np.ndarray
@@ -114,7 +126,8 @@ class GaussianBatch:
     cov: np.ndarray
     blowup_time: np.ndarray
     valid: np.ndarray
-    status: np.ndarray = None
+    status: np.ndarray
+    t_end: np.ndarray
 
     def __post_init__(self):
         _check_result(self, batch=True)
@@ -125,6 +138,7 @@ class GaussianBatch:
 
 
 _STATUSES = ("ok", "blowup", "growth_limit")
+_BATCH_STATUSES = _STATUSES + ("max_steps", "step_underflow")
 
 
 def _check_result(res, batch):
@@ -143,11 +157,11 @@ def _check_result(res, batch):
     if res.cov.shape != res.mean.shape + (d,):
         raise ValueError(f"{name}: cov must have shape {res.mean.shape + (d,)}, got "
                          f"{res.cov.shape}")
-    statuses = np.atleast_1d(np.asarray(res.status, dtype=object)) if res.status is not None \
-        else np.array(["ok"], dtype=object)
-    bad = [s for s in statuses if s not in _STATUSES]
+    allowed = _BATCH_STATUSES if batch else _STATUSES
+    statuses = np.atleast_1d(np.asarray(res.status, dtype=object))
+    bad = [s for s in statuses if s not in allowed]
     if bad:
-        raise ValueError(f"{name}.status must be one of {_STATUSES}, got {bad[0]!r}")
+        raise ValueError(f"{name}.status must be one of {allowed}, got {bad[0]!r}")
 
 
 def _psd_clip(S):
@@ -157,6 +171,77 @@ def _psd_clip(S):
         return S
     return (U * np.clip(lam, 0, None)) @ U.T
 
+
+
+def _checked_pair(name, res, d, lead=()):
+    """``res`` as ``(dmean, dcov)`` of shapes ``lead + (d,)``, ``lead + (d, d)``, real.
+
+    The results of a variant's ``gaussian_rhs`` (or batched closure) are checked where they
+    come back, before any assignment could broadcast them or drop an imaginary part.
+    """
+    if not isinstance(res, (tuple, list)) or len(res) != 2:
+        raise TypeError(f"{name} must return a pair (dmean, dcov), got {type(res).__name__}")
+    out = []
+    for what, value, shape in (("mean derivative", res[0], lead + (d,)),
+                               ("covariance derivative", res[1], lead + (d, d))):
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "fiu":
+            raise TypeError(f"{name} returned a {what} of dtype {arr.dtype}, expected real "
+                            f"numbers of shape {shape}")
+        if arr.shape != shape:
+            raise ValueError(f"{name} returned a {what} of shape {arr.shape}, expected "
+                             f"{shape}")
+        out.append(arr)
+    return out[0], out[1]
+
+
+def _evaluator(rhs):
+    """``(t, mean (b, d), cov (b, d, d), idx) -> (dmean, dcov)`` for the batch ``rhs``, with the
+    members' results checked (:func:`_checked_pair`), and the name of what is called. Variants
+    without a batched closure are called member by member through their ``gaussian_rhs``; a
+    ``LinAlgError`` there (a singular stage state) gives a NaN derivative, so the step is
+    rejected."""
+    d = rhs.d
+    if not rhs.generic:
+        name = f"{rhs.atts[0].name}.batched_closure().rhs"
+
+        def batched(t, mean, cov, idx):
+            return _checked_pair(name, rhs(t, mean, cov, idx), d, (idx.size,))
+        return batched, name
+
+    def loop(t, mean, cov, idx):
+        tt = np.broadcast_to(np.asarray(t, dtype=float), idx.shape)
+        dm, dc = np.full_like(mean, np.nan), np.full_like(cov, np.nan)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            for i, (b, tb) in enumerate(zip(idx, tt)):
+                att = rhs.atts[b if len(rhs.atts) > 1 else 0]
+                try:
+                    res = att.gaussian_rhs(mean[i], cov[i], float(tb))
+                except np.linalg.LinAlgError:
+                    continue
+                dm[i], dc[i] = _checked_pair(f"{att.name}.gaussian_rhs", res, d)
+        return dm, dc
+    return loop, f"{rhs.atts[0].name}.gaussian_rhs"
+
+
+def _not_finite_at_start(name, t0, member=""):
+    return ValueError(f"{name} returned non-finite values (NaN or inf) at the initial state"
+                      f"{member}, t={t0:g}: expected finite derivatives (an overflow of its "
+                      "formula with these parameters, or a NaN it produces)")
+
+
+def _as_max_step(max_step):
+    """``max_step``: a finite positive float or ``np.inf`` (NaN, 0, negatives rejected)."""
+    if (isinstance(max_step, (float, np.floating)) and max_step == np.inf):
+        return np.inf
+    return as_positive("max_step", max_step)
+
+
+def _as_max_steps(max_steps):
+    if (isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, (int, np.integer))
+            or max_steps < 1):
+        raise TypeError(f"max_steps must be a positive int, got {max_steps!r}")
+    return int(max_steps)
 
 
 def _growth(mean, cov, dmean, dcov, use_mean):
@@ -178,8 +263,10 @@ def _is_blowup(q, dq, t, t0, q_cap):
     return riccati, capped, t + np.where(np.isfinite(rho), rho, 0.0)
 
 
-def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", max_step=np.inf,
-                      max_growth=_MAX_GROWTH, max_steps=10_000):
+def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: float = 1e-9,
+                      atol: float = 1e-12, method: str = "DOP853", max_step: float = np.inf,
+                      max_growth: float = _MAX_GROWTH,
+                      max_steps: int = 10_000) -> GaussianTrajectory:
     r"""Integrate the mean/covariance ODE of ``att`` from ``g0`` (appendix "Derivations", :eq:`eq-closure`).
 
     Solves :math:`\alpha' = b + M\alpha`, :math:`\Sigma' = M\Sigma + \Sigma M^\top` (the
@@ -204,7 +291,7 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
         Default DOP853: at ``rtol=1e-9`` it takes ~3x fewer right-hand side evaluations than
         RK45 (benchmarks/gaussian.py).
     max_step : float
-        Largest step of ``solve_ivp``.
+        Largest step of ``solve_ivp``: finite and > 0, or ``np.inf`` (NaN is rejected).
     max_growth : float
         Integration stops (``status="growth_limit"``) when :math:`q = \operatorname{tr}\Sigma`
         (module docstring) exceeds ``max_growth`` times its initial value without a Riccati signature
@@ -223,11 +310,29 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
     Raises
     ------
     TypeError, ValueError
-        Bad ``g0``, ``times``, tolerances, method, or a dimension mismatch.
+        Bad ``g0``, ``times``, tolerances, method, ``max_step``, ``max_steps``, a dimension
+        mismatch; the variant's ``gaussian_rhs`` (or batched closure) returning something other
+        than real arrays of shapes (d,) and (d, d), or non-finite values at the initial state
+        (the message names it and what was expected).
     NotImplementedError
         ``att`` does not preserve Gaussians.
     RuntimeError
-        The integrator failed (message from ``solve_ivp``).
+        The integrator failed (message from ``solve_ivp``; it names ``gaussian_rhs`` and the
+        time when the variant returned non-finite values at finite states), or more than
+        ``max_steps`` steps.
+
+    Examples
+    --------
+    Softmax with :math:`A = V = I` from :math:`\mathcal N(0, I)`: :math:`\Sigma_t =
+    (1 - 2t)^{-1} I` blows up at :math:`t^* = 1/2`.
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> att = tp.Softmax(np.eye(2), np.eye(2))
+    >>> traj = tp.simulate_gaussian(att, tp.Gaussian(np.zeros(2), np.eye(2)), [0.0, 0.25, 1.0])
+    >>> traj.status, round(traj.blowup_time, 6), traj.times.tolist()
+    ('blowup', 0.5, [0.0, 0.25])
+    >>> np.allclose(traj.cov[1], 2 * np.eye(2), rtol=1e-8)
+    True
     """
     if not isinstance(g0, Gaussian):
         raise TypeError(f"g0 must be a tpde_lib Gaussian, got {type(g0).__name__}")
@@ -235,11 +340,15 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
     rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    max_step = _as_max_step(max_step)
+    max_steps = _as_max_steps(max_steps)
+    max_growth = as_positive("max_growth", max_growth)
     d = g0.d
     rhs = BatchRhs([att])
     if rhs.d != d:
         raise ValueError(f"g0 has dimension {d} but att acts on dimension d={rhs.d}")
     idx0 = np.zeros(1, dtype=int)
+    evaluate, name = _evaluator(rhs)
     if rhs.const:  # cheap path: parameters evaluated once, no validation inside the integrator
         vals = rhs.values(0.0, idx0)
         fn = rhs.rhs_fn
@@ -248,21 +357,18 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
             with np.errstate(over="ignore", invalid="ignore"):
                 if not np.isfinite(y).all():
                     return np.full_like(y, np.nan)
-                dm, dc = fn(*vals, y[:d], y[d:].reshape(d, d))
+                dm, dc = _checked_pair(name, fn(*vals, y[:d], y[d:].reshape(d, d)), d)
             return np.concatenate([dm, dc.ravel()])
     else:
         def f(t, y):
             if not np.isfinite(y).all():
                 return np.full_like(y, np.nan)
-            dm, dc = rhs(t, y[None, :d], y[None, d:].reshape(1, d, d), idx0)
+            dm, dc = evaluate(t, y[None, :d], y[None, d:].reshape(1, d, d), idx0)
             return np.concatenate([dm[0], dc[0].ravel()])
 
-    max_step = as_positive("max_step", max_step) if np.isfinite(max_step) else np.inf
-    if (isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, (int, np.integer))
-            or max_steps < 1):
-        raise TypeError(f"max_steps must be a positive int, got {max_steps!r}")
-    budget = [20 * int(max_steps)]
+    budget = [20 * max_steps]
     reached = [float(times[0])]     # the last time at which the state was finite
+    bad_at = []                     # times where a finite state gave a non-finite derivative
     f_plain = f
 
     def f(t, y):
@@ -273,18 +379,17 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
         out = f_plain(t, y)
         if np.isfinite(out).all():
             reached[0] = max(reached[0], float(t))
+        elif np.isfinite(y).all():
+            bad_at.append(float(t))
         return out
 
     y0 = np.concatenate([g0.mean, g0.cov.ravel()])
     # surfaces shape and NotImplementedError problems before integrating
     if not np.isfinite(f(times[0], y0)).all():
-        raise FloatingPointError(f"simulate_gaussian: the right-hand side of {rhs.atts[0].name} "
-                                 f"is not finite at t={times[0]:g} (the parameters or the "
-                                 "covariance overflow the float range)")
+        raise _not_finite_at_start(name, times[0])
     use_mean = bool(np.trace(g0.cov) == 0)
     q0 = float(g0.mean @ g0.mean if use_mean else np.trace(g0.cov))
     threshold = _GROWTH_FIRST * q0 if q0 > 0 else np.inf
-    max_growth = as_positive("max_growth", max_growth)
     q_cap = max_growth * q0 if q0 > 0 else np.inf
     status = "ok"
 
@@ -318,9 +423,11 @@ def simulate_gaussian(att, g0, times, rtol=1e-9, atol=1e-12, method="DOP853", ma
                     t_out.append(np.asarray(sol.t))
                 blowup, status = t_fail + rho, "blowup"
                 break
+            why = (f"{name} returned non-finite values at finite states from t={bad_at[0]:g}"
+                   if bad_at else "the state overflows there")
             raise RuntimeError(f"simulate_gaussian: integration failed near t={reached[0]:g} "
-                               f"(the state overflows there: {sol.message}); max_growth watches "
-                               "tr Sigma only, not the mean")
+                               f"({why}: {sol.message}); max_growth watches tr Sigma only, "
+                               "not the mean")
         if len(sol.t):
             out.append(np.asarray(sol.y).T)
             t_out.append(np.asarray(sol.t))
@@ -378,16 +485,21 @@ class _BlowupRule:
         return halt
 
 
-def simulate_gaussian_batch(att, cov0, times, mean0=None, rtol=1e-9, atol=1e-12,
-                            max_growth=_MAX_GROWTH, max_steps=200_000):
+def simulate_gaussian_batch(att: Attention | Sequence[Attention], cov0: ArrayLike,
+                            times: ArrayLike, mean0: ArrayLike | None = None, rtol: float = 1e-9,
+                            atol: float = 1e-12, max_growth: float = _MAX_GROWTH,
+                            max_steps: int = 200_000) -> GaussianBatch:
     r"""Integrate B Gaussian trajectories at once.
 
     Uses :func:`tpde_lib.integrate.solve_batch` (Dormand–Prince 5(4) vectorised over the batch):
-    every member has its own adaptive step size, its own blow-up detection (module docstring),
-    and lands exactly on each requested time. Slowly converging members
-    (:math:`\Sigma_t - \Sigma_\infty = O(1/t)`) take steps proportional to ``t``, so long windows
-    (``t ~ 1e3``) cost a few hundred steps. Constant parameters are stacked once;
-    time-dependent ones are evaluated per member.
+    every member has its own adaptive step size, its own step budget, its own blow-up
+    detection (module docstring), and lands exactly on each requested time. A member that
+    cannot go on (budget spent, step size underflow) ends with its status and time
+    (:attr:`GaussianBatch.status`, :attr:`GaussianBatch.t_end`; a ``RuntimeWarning`` lists
+    such members) while the others finish: one stiff member does not sink the ensemble.
+    Slowly converging members (:math:`\Sigma_t - \Sigma_\infty = O(1/t)`) take steps
+    proportional to ``t``, so long windows (``t ~ 1e3``) cost a few hundred steps.
+    Constant parameters are stacked once; time-dependent ones are evaluated per member.
 
     Parameters
     ----------
@@ -405,20 +517,39 @@ def simulate_gaussian_batch(att, cov0, times, mean0=None, rtol=1e-9, atol=1e-12,
     max_growth : float
         Growth cap per member, as in :func:`simulate_gaussian`.
     max_steps : int
-        Cap on the number of batched steps (``RuntimeError`` beyond it).
+        Step budget of each member (accepted and rejected steps); a member that spends it ends
+        with status ``"max_steps"``.
 
     Returns
     -------
     GaussianBatch
+        Values at the times a member did not reach are frozen at its last state (finite) and
+        marked False in ``valid``.
 
     Raises
     ------
     TypeError, ValueError
-        Bad shapes, non-PSD covariances, mixed variants, dimension mismatch.
+        Bad shapes, non-PSD covariances, dimension mismatch, bad tolerances or caps; a
+        variant's ``gaussian_rhs`` (or batched closure) returning something other than real
+        arrays of shapes (d,) and (d, d), or non-finite values at the initial state (the
+        message names it, the member and what was expected).
     NotImplementedError
         The variant does not preserve Gaussians.
-    RuntimeError
-        The step size of some member underflowed, or ``max_steps`` was exceeded.
+
+    Examples
+    --------
+    Two members from :math:`\mathcal N(0, I)`: softmax with :math:`V = I` and :math:`A = -I`
+    (:math:`\Sigma_t = I/(1 + 2t)`) and :math:`A = I` (blow-up at :math:`t^* = 1/2`).
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> atts = [tp.Softmax(-np.eye(2), np.eye(2)), tp.Softmax(np.eye(2), np.eye(2))]
+    >>> gb = tp.simulate_gaussian_batch(atts, np.stack([np.eye(2)] * 2), [0.0, 0.25, 1.0])
+    >>> gb.status.tolist(), gb.valid.tolist()
+    (['ok', 'blowup'], [[True, True, True], [True, True, False]])
+    >>> np.round(gb.blowup_time, 6).tolist()
+    [inf, 0.5]
+    >>> np.allclose(gb.cov[0, -1], np.eye(2) / 3, rtol=1e-8)
+    True
     """
     atts = as_attention_list(att)
     cov0 = as_float_array("cov0", cov0, ndim=3)
@@ -442,20 +573,19 @@ def simulate_gaussian_batch(att, cov0, times, mean0=None, rtol=1e-9, atol=1e-12,
     times = as_times("times", times)
     rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
     max_growth = as_positive("max_growth", max_growth)
-    if (isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, (int, np.integer))
-            or max_steps < 1):
-        raise TypeError(f"max_steps must be a positive int, got {max_steps!r}")
+    max_steps = _as_max_steps(max_steps)
     rhs = BatchRhs(atts)
+    evaluate, name = _evaluator(rhs)
 
     def f(t, y, idx):
         m, S = y[:, :d], y[:, d:].reshape(-1, d, d)
         fin = np.isfinite(y).all(1)
         if fin.all():
-            dm, dc = rhs(t, m, S, idx)
+            dm, dc = evaluate(t, m, S, idx)
         else:
             dm, dc = np.full_like(m, np.nan), np.full_like(S, np.nan)
             if fin.any():
-                dm[fin], dc[fin] = rhs(t[fin], m[fin], S[fin], idx[fin])
+                dm[fin], dc[fin] = evaluate(t[fin], m[fin], S[fin], idx[fin])
         return np.concatenate([dm, dc.reshape(-1, d * d)], axis=1)
 
     use_mean = np.trace(cov0, axis1=1, axis2=2) == 0
@@ -465,11 +595,33 @@ def simulate_gaussian_batch(att, cov0, times, mean0=None, rtol=1e-9, atol=1e-12,
     k0 = f(np.full(B, times[0]), y0, np.arange(B))
     if not np.isfinite(k0).all():
         b = int(np.argmax(~np.isfinite(k0).all(axis=1)))
-        raise FloatingPointError(f"simulate_gaussian_batch: the right-hand side of member {b} "
-                                 f"is not finite at t={times[0]:g} (the parameters or the "
-                                 "covariance overflow the float range)")
-    sol = solve_batch(f, y0, times, rtol=rtol, atol=atol, max_steps=int(max_steps), stop=rule)
+        raise _not_finite_at_start(name, times[0], f" of member {b}")
+    sol = solve_batch(f, y0, times, rtol=rtol, atol=atol, max_steps=max_steps, stop=rule)
+    status, blowup = rule.status.copy(), rule.blowup.copy()
+    window = max(times[-1] - times[0], 1e-300)
+    for b in np.flatnonzero(sol.status == "step_underflow"):
+        # as in simulate_gaussian: a blow-up faster than the solver can follow (remaining-time
+        # estimate q/q' below 1e-9 of the window) is one; anything else keeps its status
+        yb = sol.y[b, -1]      # the last state reached (frozen there)
+        dy = f(sol.t_end[b:b + 1], yb[None], np.array([b]))[0]
+        q, dq = _growth(yb[:d], yb[d:].reshape(d, d), dy[:d], dy[d:].reshape(d, d),
+                        use_mean[b])
+        rho = q / dq if dq > 0 else np.inf
+        if rho < 1e-9 * window:
+            status[b], blowup[b] = "blowup", sol.t_end[b] + rho
+        else:
+            status[b] = "step_underflow"
+    status[sol.status == "max_steps"] = "max_steps"
+    short = np.flatnonzero(np.isin(status, ("max_steps", "step_underflow")))
+    if short.size:
+        first = ", ".join(f"{b} ({status[b]}, t={sol.t_end[b]:.6g})" for b in short[:5])
+        warnings.warn(f"simulate_gaussian_batch: {short.size} of {B} members ended before "
+                      f"t={times[-1]:g} without a blow-up: {first}"
+                      f"{', ...' if short.size > 5 else ''}. Their later values are invalid "
+                      "(see .status, .t_end, .valid); raise max_steps, or solve them with "
+                      "simulate_gaussian and a stiff method (method='LSODA' or 'Radau').",
+                      RuntimeWarning, stacklevel=2)
     cov = sol.y[:, :, d:].reshape(B, times.size, d, d)
     cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
-    return GaussianBatch(times, sol.y[:, :, :d].copy(), cov, rule.blowup, sol.valid,
-                         rule.status.astype(str))
+    return GaussianBatch(times, sol.y[:, :, :d].copy(), cov, blowup, sol.valid,
+                         status.astype(str), sol.t_end.copy())

@@ -209,3 +209,131 @@ def test_cloud_limits_hold_a_cloud_far_from_the_origin():
     traj = simulate(Softmax(np.zeros((2, 2)), np.zeros((2, 2))), Empirical(pts), [0.0, 0.1])
     lo, hi = common_limits([traj])
     assert np.all(lo <= pts.min(axis=0)) and np.all(pts.max(axis=0) <= hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation once per call; a reader's field and heads checked where their results come back
+# ---------------------------------------------------------------------------------------------
+class _LateField(Softmax):
+    """Softmax's field until t > 0.5, then ``bad(v)`` (a reader's variant gone wrong)."""
+
+    def __init__(self, bad):
+        super().__init__(np.eye(2), 0.5 * np.eye(2))
+        self.bad = bad
+
+    def field(self, points, weights, positions, t):
+        v = Softmax.field(self, points, weights, positions, t)
+        return self.bad(v) if t > 0.5 else v
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler", "adaptive"])
+def test_the_measure_is_validated_once_per_simulate_call(method, monkeypatch):
+    # the old simulate went through Attention.velocity (measure and result re-validated) at
+    # every stage: 4 x 20 calls for rk4 here
+    import tpde_lib.attention._base as base
+
+    calls = []
+    protocol = base.Attention.velocity
+
+    def counted(self, mu, t=0.0):
+        calls.append(t)
+        return protocol(self, mu, t)
+
+    monkeypatch.setattr(base.Attention, "velocity", counted)
+    X, A, V = _cloud()
+    att = Softmax(A, V)
+    traj = simulate(att, Empirical(X), [0.0, 1.0], method=method, h=0.05)
+    assert calls == [0.0]
+    monkeypatch.setattr(base.Attention, "velocity", protocol)
+    again = simulate(att, Empirical(X), [0.0, 1.0], method=method, h=0.05)
+    assert np.array_equal(traj.points, again.points)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (lambda v: v[:, :1], ValueError, r"_LateField\.field returned shape \(12, 1\) at t=0\.55, "
+                                     r"expected \(12, 2\)"),
+    (lambda v: v + 1j, TypeError, r"_LateField\.field returned an array of dtype complex128 "
+                                  r"at t=0\.55"),
+    (lambda v: v * np.nan, FloatingPointError, r"field of _LateField is not finite at t=0\.55"),
+])
+def test_a_field_that_goes_wrong_mid_run_is_named_with_its_time(bad, error, match):
+    X = _cloud()[0]
+    with pytest.raises(error, match=match):
+        simulate(_LateField(bad), Empirical(X), [0.0, 1.0], method="euler", h=0.05)
+
+
+def test_a_field_that_turns_non_finite_stops_with_its_time():
+    X = _cloud()[0]
+    traj = simulate(_LateField(lambda v: v * np.inf), Empirical(X), np.linspace(0, 1, 5),
+                    method="euler", h=0.05, on_blowup="stop")
+    assert traj.blowup_time == pytest.approx(0.6) and traj.times.tolist() == [0.0, 0.25, 0.5]
+    assert np.isfinite(traj.points).all()
+
+
+def test_the_field_hook_gets_read_only_points():
+    class Writes(Softmax):
+        def field(self, points, weights, positions, t):
+            points[0, 0] = 1.0
+            return Softmax.field(self, points, weights, positions, t)
+
+    with pytest.raises(ValueError, match="read-only"):
+        simulate(Writes(np.eye(2), np.eye(2)), Empirical(_cloud()[0]), [0.0, 1.0], h=0.5)
+
+
+class _BadHead(Softmax):
+    """A head whose field is ``bad(v)``; its closure returns ``bad`` of the covariance part."""
+
+    def __init__(self, bad):
+        super().__init__(np.eye(2), np.eye(2))
+        self.bad = bad
+
+    def field(self, points, weights, positions, t):
+        return self.bad(Softmax.field(self, points, weights, positions, t))
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        return np.zeros(2), self.bad(np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (lambda v: v[0], ValueError, r"shape \(2,\) at t=0, expected \(12, 2\)"),
+    (lambda v: v[0, 0], ValueError, r"shape \(\) at t=0, expected \(12, 2\)"),
+    (lambda v: v[:, :1], ValueError, r"shape \(12, 1\) at t=0, expected \(12, 2\)"),
+    (lambda v: v + 1j, TypeError, r"dtype complex128 at t=0, expected real numbers of shape "
+                                  r"\(12, 2\)"),
+    (lambda v: v * np.nan, FloatingPointError, "not finite at t=0"),
+])
+def test_a_multihead_head_returning_the_wrong_field_is_named(bad, error, match):
+    # the old sum broadcast shapes (2,), () and (12, 1) and dropped the imaginary part
+    from tpde_lib.attention import MultiHead
+
+    X = _cloud()[0]
+    for heads, i in (([Softmax(np.eye(2), np.eye(2)), _BadHead(bad)], 1),
+                     ([_BadHead(bad), Softmax(np.eye(2), np.eye(2))], 0),
+                     ([Softmax(np.eye(2), np.eye(2)), Softmax(-np.eye(2), np.eye(2)),
+                       _BadHead(bad)], 2)):
+        with pytest.raises(error, match=rf"MultiHead heads\[{i}\] \(_BadHead\).*" + match):
+            MultiHead(heads).velocity(X)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (lambda c: c[0], ValueError, r"covariance derivative of shape \(2,\) at t=0, expected \(2, 2\)"),
+    (lambda c: 0.0, ValueError, r"covariance derivative of shape \(\) at t=0, expected \(2, 2\)"),
+    (lambda c: c + 1j, TypeError, "covariance derivative of dtype complex128"),
+])
+def test_a_multihead_head_returning_the_wrong_closure_is_named(bad, error, match):
+    from tpde_lib.attention import MultiHead
+
+    mh = MultiHead([Softmax(-np.eye(2), np.eye(2)), _BadHead(bad)])
+    with pytest.raises(error, match=r"MultiHead heads\[1\] \(_BadHead\)\.*.*" + match):
+        mh.gaussian_rhs(np.zeros(2), np.eye(2))
+
+
+def test_multihead_rejects_heads_of_different_or_missing_dimensions():
+    from tpde_lib.attention import MultiHead
+
+    with pytest.raises(ValueError, match=r"same dimension, got \[2, 3\]"):
+        MultiHead([Softmax(np.eye(2), np.eye(2)), Softmax(np.eye(3), np.eye(3))])
+    headless = Softmax(np.eye(2), np.eye(2))
+    headless.d = 2.0
+    with pytest.raises(TypeError, match=r"heads\[1\] \(Softmax\) must set d"):
+        MultiHead([Softmax(np.eye(2), np.eye(2)), headless])

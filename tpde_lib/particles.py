@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.integrate import DOP853, RK23, RK45
 
 from ._checks import (
@@ -29,9 +31,10 @@ from ._checks import (
     as_positive,
     as_times,
 )
+from .attention import Attention
 from .measures import Empirical
 
-__all__ = ["Trajectory", "simulate", "depth"]
+__all__ = ["Trajectory", "simulate", "depth", "HasVelocity"]
 
 #: default largest step when ``h`` is None (each interval of ``times`` is cut into equal steps)
 DEFAULT_STEP = {"euler": 0.01, "rk4": 0.05}
@@ -40,6 +43,12 @@ _MULTIPLE_RTOL = 1e-9
 #: adaptive step costs about ten field evaluations and more Python overhead, hence its lower cap
 MAX_STEPS = {"euler": 100_000, "rk4": 100_000, "adaptive": 10_000}
 _IVP_METHODS = {"DOP853": DOP853, "RK45": RK45, "RK23": RK23}
+
+
+class HasVelocity(Protocol):
+    """What :func:`simulate` needs of ``att``: a velocity field of a measure (n, d)."""
+
+    def velocity(self, mu: Empirical, t: float = 0.0) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,16 @@ class Trajectory:
     TypeError, ValueError
         Fields that are not real arrays of consistent shapes (``points`` must be (T, n, d) with T
         the number of ``times`` and n the number of ``weights``), or a non-finite ``blowup_time``.
+
+    Examples
+    --------
+    >>> import numpy as np, tpde_lib as tp
+    >>> traj = tp.Trajectory(times=[0.0, 1.0], points=np.zeros((2, 3, 2)),
+    ...                      weights=np.full(3, 1 / 3))
+    >>> traj.n, traj.d, len(traj), traj.blowup_time
+    (3, 2, 2, None)
+    >>> traj.measure(-1).points.shape
+    (3, 2)
     """
 
     times: np.ndarray
@@ -139,16 +158,21 @@ def _check_step_budget(total, max_steps, method, h):
                          "to run them, a larger h, or method='adaptive'")
 
 
-def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
-             ivp_method="DOP853", on_blowup="raise", max_steps=None):
+def simulate(att: Attention | HasVelocity, mu0: Empirical | np.ndarray, times: ArrayLike,
+             method: str = "rk4", h: float | None = None, rtol: float = 1e-6,
+             atol: float = 1e-9, ivp_method: str = "DOP853", on_blowup: str = "raise",
+             max_steps: int | None = None) -> Trajectory:
     r"""Integrate the particle system :math:`\dot x_i=\Gamma_{\mu^n(t)}(t,x_i)`.
 
     Parameters
     ----------
-    att : attention
-        Any object with ``velocity(mu, t) -> (n, d)`` (e.g. :class:`~tpde_lib.attention.Softmax`).
-        Sinkhorn attention warm-starts each step from the previous step's potentials (kept on
-        the instance). Exceptions it raises propagate unchanged.
+    att : Attention or any object with ``velocity(mu, t) -> (n, d)``
+        E.g. :class:`~tpde_lib.attention.Softmax`. The first evaluation goes through
+        ``att.velocity`` (which validates ``mu0`` against ``att``); later ones call the
+        :meth:`~tpde_lib.Attention.field` hook of an :class:`~tpde_lib.Attention` directly
+        (the weights and positions do not change), each result checked (real, shape (n, d),
+        finite). Sinkhorn attention warm-starts each step from the previous step's potentials
+        (kept on the instance). Exceptions it raises propagate unchanged.
     mu0 : Empirical
         Initial tokens (n, d) with weights (n,) and optional positions (n,) (masked attention);
         weights and positions travel unchanged with the points.
@@ -189,10 +213,26 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
         ``att`` without ``velocity``, ``mu0`` not an Empirical, arguments of the wrong type.
     ValueError
         Times not strictly increasing, ``h`` not dividing them, unknown ``method``, more than
-        ``max_steps`` steps needed, ``att.velocity`` returning the wrong shape.
+        ``max_steps`` steps needed, the field returning the wrong shape (the message names
+        ``att``'s field and the time; ``TypeError`` for a complex one).
     FloatingPointError
         The particles blew up (non-finite positions or field); the message gives the time
         (``on_blowup="raise"``).
+
+    Examples
+    --------
+    With :math:`A = 0` the softmax weights are uniform and :math:`V = -I` pulls every token by
+    minus the mean :math:`m_t = m_0 e^{-t}`: :math:`x_i(t) = x_i(0) - m_0(1 - e^{-t})`.
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> x0 = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]])
+    >>> att = tp.Softmax(np.zeros((2, 2)), -np.eye(2))
+    >>> traj = tp.simulate(att, tp.Empirical(x0), [0.0, 0.5, 1.0], h=0.01)
+    >>> traj.points.shape, traj.blowup_time
+    ((3, 3, 2), None)
+    >>> exact = x0 - x0.mean(axis=0) * (1 - np.exp(-1.0))
+    >>> np.allclose(traj.points[-1], exact, rtol=1e-9, atol=1e-12)
+    True
     """
     if not callable(getattr(att, "velocity", None)):
         raise TypeError(f"att must be an attention with a velocity(mu, t) method, "
@@ -210,19 +250,13 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
     max_steps = MAX_STEPS[method] if max_steps is None else as_count("max_steps", max_steps, 1)
     shape = mu0.points.shape
     last_t = [times[0]]
+    evaluate = _field_path(att, mu0)
 
     def field(x, t):
         last_t[0] = t
-        if not np.all(np.isfinite(x)):
+        if not np.isfinite(x).all():
             raise FloatingPointError(f"particles blew up (non-finite positions) at t={t:g}")
-        # validated once (mu0, finiteness above): no per-stage re-validation of the measure
-        v = att.velocity(Empirical._trusted(np.reshape(x, shape), mu0.weights, mu0.positions), t)
-        if not isinstance(v, np.ndarray) or v.shape != shape:
-            raise ValueError(f"att.velocity must return an array of shape {shape} (n, d), got "
-                             f"{getattr(v, 'shape', type(v).__name__)} at t={t:g}")
-        if not np.all(np.isfinite(v)):
-            raise FloatingPointError(f"the velocity field is not finite at t={t:g}")
-        return v
+        return evaluate(x.reshape(shape), t)
 
     out = np.empty((times.size,) + shape)
     out[0] = mu0.points
@@ -246,7 +280,7 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
                 for j in range(counts[k]):
                     t = times[k] + j * steps[k]
                     x = step(field, x, t, steps[k])
-                    if not np.all(np.isfinite(x)):
+                    if not np.isfinite(x).all():
                         raise FloatingPointError(f"particles blew up (non-finite positions) "
                                                  f"before t={t + steps[k]:g}")
             except FloatingPointError:
@@ -258,6 +292,61 @@ def simulate(att, mu0, times, method="rk4", h=None, rtol=1e-6, atol=1e-9,
     out = out[:reached]
     out.setflags(write=False)
     return Trajectory(times[:reached], out, mu0.weights, mu0.positions, blowup)
+
+
+def _field_path(att, mu0):
+    """``(x, t) -> Gamma`` for the particles ``x`` (n, d) carrying ``mu0``'s weights and positions.
+
+    The first call goes through the public protocol ``att.velocity``, which validates the
+    measure against the attention (dimension, causal positions) and the field's result. The
+    weights and positions never change and the integrator checks that the points are finite,
+    so later calls of an :class:`~tpde_lib.Attention` whose ``velocity`` is the protocol's go
+    straight to its ``field`` hook, with a cheap check of the result (real, shape (n, d),
+    finite): no re-validation of the measure at each stage. Other objects (a reader's class
+    with a ``velocity`` method, or a variant overriding it) are called through ``velocity``
+    every time.
+    """
+    shape = mu0.points.shape
+    w, pos = mu0.weights, mu0.positions
+
+    def via_velocity(x, t):
+        v = att.velocity(Empirical._trusted(x, w, pos), t)
+        if not isinstance(v, np.ndarray) or v.shape != shape:
+            raise ValueError(f"att.velocity must return an array of shape {shape} (n, d), got "
+                             f"{getattr(v, 'shape', type(v).__name__)} at t={t:g}")
+        if not np.isfinite(v).all():
+            raise FloatingPointError(f"the velocity field is not finite at t={t:g}")
+        return v
+
+    raw = isinstance(att, Attention) and "velocity" not in vars(att) \
+        and type(att).velocity is Attention.velocity
+    if not raw:
+        return via_velocity
+    name = att.name
+    positions = pos if att.causal else None
+    validated = []
+
+    def via_field(x, t):
+        if not validated:           # the first call: the whole protocol
+            validated.append(True)
+            return via_velocity(x, t)
+        points = x.view()
+        points.flags.writeable = False
+        v = att.field(points, w, positions, t)
+        if type(v) is not np.ndarray:
+            v = np.asarray(v)
+        if v.dtype.kind not in "fiu":
+            raise TypeError(f"{name}.field returned an array of dtype {v.dtype} at t={t:g}, "
+                            f"expected real numbers of shape {shape} (n, d)")
+        if v.shape != shape:
+            raise ValueError(f"{name}.field returned shape {v.shape} at t={t:g}, expected "
+                             f"{shape} (n, d)")
+        if not np.isfinite(v).all():
+            raise FloatingPointError(f"the velocity field of {name} is not finite at t={t:g} "
+                                     "(overflow, or NaN from the field)")
+        return v
+
+    return via_field
 
 
 def _euler_step(field, x, t, h):

@@ -2,6 +2,8 @@ r"""Multi-head attention (a sum of attentions) and ℓ² (distance) attention.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from .. import gaussian_odes
@@ -17,6 +19,26 @@ def _norm(M):
     return float(np.linalg.norm(M, 2))
 
 
+def _head_result(i, head, what, value, shape, t, finite=True):
+    """Head ``i``'s ``what`` (a field, or a part of its Gaussian closure) as a real array of
+    ``shape``: checked where it comes back, before a sum could broadcast it or drop an
+    imaginary part (TypeError, ValueError, FloatingPointError naming the head). Closures are
+    not checked for finiteness (``finite=False``): a non-finite derivative at a stage state
+    makes the Gaussian solvers reject the step."""
+    arr = value if type(value) is np.ndarray else np.asarray(value)
+    where = f"MultiHead heads[{i}] ({type(head).__name__})"
+    when = "" if t is None else f" at t={t:g}"
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{where} returned {what} of dtype {arr.dtype}{when}, expected real "
+                        f"numbers of shape {shape}")
+    if arr.shape != shape:
+        raise ValueError(f"{where} returned {what} of shape {arr.shape}{when}, expected "
+                         f"{shape}")
+    if finite and not np.isfinite(arr).all():
+        raise FloatingPointError(f"{where} returned {what} that is not finite{when}")
+    return arr
+
+
 class MultiHead(Attention):
     r"""Multi-head attention: the sum of its heads.
 
@@ -29,14 +51,35 @@ class MultiHead(Attention):
     values, so their fields are computed in one call of the kernel engine, their queries
     stacked (``Softmax._summed_field``).
 
+    Each head's result is checked where it comes back (its field: real, shape (n, d), finite;
+    its Gaussian closure: shapes (d,) and (d, d)): a head that returns a scalar, one row, one
+    column or complex values raises an error naming the head (index and class) and what was
+    expected, instead of being broadcast into the sum.
+
     Parameters
     ----------
     heads : sequence of Attention
-        Non-empty, all of the same dimension; causal iff every head is causal (mixing causal and
-        non-causal heads raises ``ValueError``).
+        Non-empty, all of the same dimension (a positive int ``d``); causal iff every head is
+        causal (mixing causal and non-causal heads raises ``ValueError``).
+
+    Examples
+    --------
+    Two softmax heads sum their fields:
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> A, V = np.array([[1.0, 0.5], [0.0, 1.0]]), np.eye(2)
+    >>> heads = [tp.Softmax(A, V), tp.Softmax(-A.T, 0.5 * V)]
+    >>> x = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    >>> mh = tp.MultiHead(heads)
+    >>> np.allclose(mh.velocity(x), heads[0].velocity(x) + heads[1].velocity(x), rtol=1e-13)
+    True
+    >>> tp.MultiHead([tp.Softmax(np.eye(2), V), tp.Softmax(np.eye(3), np.eye(3))])
+    Traceback (most recent call last):
+    ...
+    ValueError: heads must all act on the same dimension, got [2, 3]
     """
 
-    def __init__(self, heads):
+    def __init__(self, heads: Iterable[Attention]) -> None:
         if isinstance(heads, Attention):
             raise TypeError("heads must be a sequence of attentions, got a single attention")
         try:
@@ -48,7 +91,12 @@ class MultiHead(Attention):
         for i, h in enumerate(heads):
             if not isinstance(h, Attention):
                 raise TypeError(f"heads[{i}] must be a tpde_lib Attention, got {type(h).__name__}")
-        dims = {getattr(h, "d", None) for h in heads}
+        for i, h in enumerate(heads):
+            d = getattr(h, "d", None)
+            if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+                raise TypeError(f"heads[{i}] ({type(h).__name__}) must set d, its token "
+                                f"dimension (a positive int), got {d!r}")
+        dims = {h.d for h in heads}
         if len(dims) != 1:
             raise ValueError("heads must all act on the same dimension, got "
                              f"{[getattr(h, 'd', None) for h in heads]}")
@@ -56,20 +104,25 @@ class MultiHead(Attention):
         if len(flags) != 1:
             raise ValueError("heads must be all causal or all non-causal")
         self.heads = heads
-        self.d = heads[0].d
+        self.d = int(heads[0].d)
         self.causal = heads[0].causal
 
     def field(self, points, weights, positions, t):
-        # plain softmax heads (not subclasses, which may change their field) in one engine call
+        # plain softmax heads (not subclasses, which may change their field) in one engine call;
+        # every other head's field is checked before it is added
+        shape = points.shape
         soft = [h for h in self.heads if type(h) is Softmax]
         if len(soft) > 1:
             out = Softmax._summed_field(soft, points, weights, positions, t)
-            rest = [h for h in self.heads if type(h) is not Softmax]
+            rest = [(i, h) for i, h in enumerate(self.heads) if type(h) is not Softmax]
         else:
-            out = np.array(self.heads[0].field(points, weights, positions, t), dtype=float)
-            rest = self.heads[1:]
-        for h in rest:
-            out += h.field(points, weights, positions, t)
+            first = self.heads[0].field(points, weights, positions, t)
+            out = np.array(_head_result(0, self.heads[0], "a field", first, shape, t),
+                           dtype=float)
+            rest = list(enumerate(self.heads))[1:]
+        for i, h in rest:
+            out += _head_result(i, h, "a field", h.field(points, weights, positions, t), shape,
+                                t)
         return out
 
     @property
@@ -79,12 +132,20 @@ class MultiHead(Attention):
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Sum of the heads' Gaussian closures (``NotImplementedError`` if a head has none)."""
         m, c = self.check_gaussian(mean, cov, t)
-        dm, dc = self.heads[0].gaussian_rhs(m, c, t)
-        dm, dc = np.array(dm, dtype=float), np.array(dc, dtype=float)
-        for h in self.heads[1:]:
-            a, b = h.gaussian_rhs(m, c, t)
-            dm += a
-            dc += b
+        d = self.d
+        dm = dc = None
+        for i, h in enumerate(self.heads):
+            res = h.gaussian_rhs(m, c, t)
+            if not isinstance(res, (tuple, list)) or len(res) != 2:
+                raise TypeError(f"MultiHead heads[{i}] ({type(h).__name__}).gaussian_rhs must "
+                                f"return a pair (dmean, dcov), got {type(res).__name__}")
+            a = _head_result(i, h, "a mean derivative", res[0], (d,), t, finite=False)
+            b = _head_result(i, h, "a covariance derivative", res[1], (d, d), t, finite=False)
+            if dm is None:
+                dm, dc = np.array(a, dtype=float), np.array(b, dtype=float)
+            else:
+                dm += a
+                dc += b
         return dm, dc
 
     def batched_closure(self):
@@ -96,11 +157,17 @@ class MultiHead(Attention):
         def params(t):
             return tuple(p for cl in closures for p in cl.params(t))
 
+        heads = self.heads
+
         def rhs(*args):
             *values, mean, cov = args
             dm, dc, start = 0.0, 0.0, 0
-            for cl, k in zip(closures, counts):
+            for i, (cl, k) in enumerate(zip(closures, counts)):
                 a, b = cl.rhs(*values[start:start + k], mean, cov)
+                a = _head_result(i, heads[i], "a batched mean derivative", a, mean.shape,
+                                 None, finite=False)
+                b = _head_result(i, heads[i], "a batched covariance derivative", b, cov.shape,
+                                 None, finite=False)
                 dm, dc, start = dm + a, dc + b, start + k
             return dm, dc
 

@@ -123,6 +123,13 @@ def test_f_results_of_the_wrong_shape_or_kind_raise_instead_of_broadcasting(bad,
         solve_batch(lambda t, y, idx: bad(y), np.ones((2, 3)), np.array([0.0, 1.0]))
 
 
+def test_a_stop_mask_of_the_wrong_shape_raises_instead_of_broadcasting():
+    # the old solver broadcast a scalar True: every member stopped at its first step
+    with pytest.raises(TypeError, match=r"stop must return a boolean mask of shape \(2,\)"):
+        solve_batch(lambda t, y, i: -y, np.ones((2, 1)), [0.0, 1.0],
+                    stop=lambda idx, t, y, dy: True)
+
+
 def test_bad_arguments_name_the_argument():
     f = lambda t, y, i: -y   # noqa: E731
     with pytest.raises(TypeError, match="max_steps"):

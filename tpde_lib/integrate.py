@@ -222,7 +222,12 @@ def _solve(f, y, times, rtol, atol, max_steps, stop):
             out[landed, nxt[landed]] = y[landed]
             nxt[landed] += 1
             if stop is not None:
-                halt = np.asarray(stop(acc, t[acc], ya, ka), dtype=bool)
+                halt = np.asarray(stop(acc, t[acc], ya, ka))
+                if halt.shape != acc.shape or halt.dtype.kind not in "biu":
+                    raise TypeError(f"solve_batch: stop must return a boolean mask of shape "
+                                    f"{acc.shape} (one per member given), got "
+                                    f"{halt.dtype} of shape {halt.shape}")
+                halt = halt.astype(bool)
                 for b, ld in zip(acc[halt], landed_now[halt]):
                     nxt[b] -= bool(ld)    # a time landed on now is past the stop: invalid
                 end(acc[halt], "stopped")

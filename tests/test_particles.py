@@ -337,3 +337,18 @@ def test_multihead_rejects_heads_of_different_or_missing_dimensions():
     headless.d = 2.0
     with pytest.raises(TypeError, match=r"heads\[1\] \(Softmax\) must set d"):
         MultiHead([Softmax(np.eye(2), np.eye(2)), headless])
+
+
+def test_a_variant_overriding_velocity_is_called_through_it_at_every_stage():
+    calls = []
+
+    class Logged(Softmax):
+        def velocity(self, mu, t=0.0):
+            calls.append(t)
+            return super().velocity(mu, t)
+
+    X, A, V = _cloud()
+    traj = simulate(Logged(A, V), Empirical(X), [0.0, 1.0], h=0.25)
+    assert len(calls) == 4 * 4
+    assert np.array_equal(traj.points, simulate(Softmax(A, V), Empirical(X), [0.0, 1.0],
+                                                h=0.25).points)

@@ -318,7 +318,7 @@ def _field_path(att, mu0):
             raise FloatingPointError(f"the velocity field is not finite at t={t:g}")
         return v
 
-    raw = isinstance(att, Attention) and "velocity" not in vars(att) \
+    raw = isinstance(att, Attention) and "velocity" not in getattr(att, "__dict__", {}) \
         and type(att).velocity is Attention.velocity
     if not raw:
         return via_velocity

@@ -279,6 +279,13 @@ MUTANTS = [
     M("predicted-rank-counts-the-kernel", "predicted limit rank = rank(A + A^T) instead of d - rank",
       "clustering/_analysis.py", "return A.shape[-1] - np.sum(np.abs(lam) > tol * scale, axis=-1)",
       "return np.sum(np.abs(lam) > tol * scale, axis=-1)", "06_clustering"),
+    M("survey-capped-counted-as-blowup", "survey counts a growth-capped member as a blow-up",
+      "clustering/_general_v.py", 'return self.status == "blowup"',
+      "return np.isfinite(self.blowup_time)", "06_clustering"),
+    M("survey-va-max-of-AV", "survey's sign condition from AV + V^T A^T instead of VA + A^T V^T",
+      "clustering/_general_v.py", "status.astype(str), _sym_max(V @ A),",
+      "status.astype(str), _sym_max(A @ V),", "06_clustering"),
+    # ---- NEW_MUTANTS_END
 ]
 
 

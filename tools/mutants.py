@@ -285,6 +285,9 @@ MUTANTS = [
     M("survey-va-max-of-AV", "survey's sign condition from AV + V^T A^T instead of VA + A^T V^T",
       "clustering/_general_v.py", "status.astype(str), _sym_max(V @ A),",
       "status.astype(str), _sym_max(A @ V),", "06_clustering"),
+    M("sinkhorn-gradient-K-for-K-prime", "Gaussian Sinkhorn gradient with K' = phi(M M^T)",
+      "energy_gaussian.py", "K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M.T @ M, _phi)",
+      "K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M @ M.T, _phi)", "07_gradient_flows"),
     # ---- NEW_MUTANTS_END
 ]
 

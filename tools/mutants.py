@@ -288,6 +288,15 @@ MUTANTS = [
     M("sinkhorn-gradient-K-for-K-prime", "Gaussian Sinkhorn gradient with K' = phi(M M^T)",
       "energy_gaussian.py", "K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M.T @ M, _phi)",
       "K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M @ M.T, _phi)", "07_gradient_flows"),
+    M("fit-rate-seeds-tiled", "rate fit pairs seed columns with the wrong x (tile, not repeat)",
+      "meanfield.py", "u = np.repeat(np.log(x), y.shape[1])",
+      "u = np.tile(np.log(x), y.shape[1])", "02_mean_field"),
+    M("affine-defect-uncentred", "affine defect normalised by |Gamma| instead of |Gamma - mean|",
+      "gaussian/_defect.py", "centred = field - mu.weights @ field", "centred = field",
+      "08_your_own_attention"),
+    M("affine-defect-squared", "affine defect returned squared",
+      "gaussian/_defect.py", "return 0.0 if den <= 1e-12 else min(1.0, num / den)",
+      "return 0.0 if den <= 1e-12 else min(1.0, (num / den) ** 2)", "08_your_own_attention"),
     # ---- NEW_MUTANTS_END
 ]
 

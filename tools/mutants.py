@@ -297,6 +297,13 @@ MUTANTS = [
     M("affine-defect-squared", "affine defect returned squared",
       "gaussian/_defect.py", "return 0.0 if den <= 1e-12 else min(1.0, num / den)",
       "return 0.0 if den <= 1e-12 else min(1.0, (num / den) ** 2)", "08_your_own_attention"),
+    M("causal-linear-ties-excluded", "causal linear attention: tied positions do not see each other",
+      "attention/_bilinear.py",
+      "last = np.searchsorted(s_sorted, positions, side=\"right\") - 1",
+      "last = np.searchsorted(s_sorted, positions, side=\"left\") - 1", "01_transformer_pde"),
+    M("multihead-fuses-subclass-heads", "multi-head fuses Softmax subclasses (their field ignored)",
+      "attention/_composite.py", "soft = [h for h in self.heads if type(h) is Softmax]",
+      "soft = [h for h in self.heads if isinstance(h, Softmax)]", "01_transformer_pde"),
     # ---- NEW_MUTANTS_END
 ]
 

@@ -325,6 +325,20 @@ MUTANTS = [
     M("l2-closure-tau-multiplied", "l2 closure with c = 2 tau instead of 2 / tau",
       "gaussian_odes.py", "c = (2.0 / np.asarray(tau, dtype=float))",
       "c = (2.0 * np.asarray(tau, dtype=float))", "05_gaussian_solutions"),
+    M("symmetry-defect-weights-ignored", "Jacobian symmetry defect without the weights",
+      "gradient_witnesses.py", "S = np.kron(np.diag(w), Pinv) @ J",
+      "S = np.kron(np.eye(n), Pinv) @ J", "07_gradient_flows"),
+    M("symmetry-defect-P-not-inverted", "Jacobian symmetry defect with P instead of P^-1",
+      "gradient_witnesses.py",
+      "Pinv = np.eye(d) if mobility_matrix is None else np.linalg.inv(",
+      "Pinv = np.eye(d) if mobility_matrix is None else np.asarray(", "07_gradient_flows"),
+    M("partition-function-A-not-transposed", "Z_mu(x_i) with <A x_j, x_i> (A transposed)",
+      "energy.py", "AX = mu.points @ A.T\n    out = np.empty(mu.n)",
+      "AX = mu.points @ A\n    out = np.empty(mu.n)", "07_gradient_flows"),
+    M("partition-function-weights-ignored", "Z_mu with equal weights, not the masses",
+      "energy.py", "keys, logw = mu.points[keep], np.log(mu.weights[keep])",
+      "keys, logw = mu.points[keep], np.log(np.full(keep.sum(), 1.0 / keep.sum()))",
+      "07_gradient_flows"),
     # ---- NEW_MUTANTS_END
 ]
 

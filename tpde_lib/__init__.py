@@ -60,4 +60,4 @@ __all__ = [
     "projected_euler", "official", "meanfield",
     "wasserstein", "bures_wasserstein", "conditional_wasserstein",
 ]
-__version__ = "0.2.0"
+__version__ = "1.0.0"

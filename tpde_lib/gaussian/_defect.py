@@ -15,8 +15,8 @@ from numpy.polynomial.hermite_e import hermegauss
 
 from .._checks import as_float_array
 from .._linalg import psd_sqrt
-from ..attention import Attention
 from ..measures import Empirical, Gaussian
+from ._closure import check_attention
 
 __all__ = ["affine_defect", "gauss_hermite"]
 
@@ -100,8 +100,7 @@ def affine_defect(att, g, t=0.0, nodes_per_dim=None):
         Gaussians (softmax, ℓ², linear, Sinkhorn up to its ``tol``), clearly non-zero for
         sigmoid or ReLU attention.
     """
-    if not isinstance(att, Attention):
-        raise TypeError(f"att must be a tpde_lib Attention, got {type(att).__name__}")
+    check_attention(att)
     if att.causal:
         raise ValueError("affine_defect needs a non-causal attention (a Gaussian has no "
                          "positions)")

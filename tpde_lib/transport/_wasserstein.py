@@ -12,8 +12,6 @@ bound.
 from __future__ import annotations
 
 import numpy as np
-import ot
-from scipy.spatial.distance import cdist
 
 from .._checks import as_at_least, as_choice, as_count, as_instance, as_seed, unit_scale
 from .._linalg import psd_sqrt
@@ -65,7 +63,15 @@ def _distances(x, y):
     underflows (1e-300) needlessly.
     """
     scale = unit_scale(x, y)
-    return cdist(x / scale, y / scale), scale
+    return _cdist(x / scale, y / scale), scale
+
+
+def _cdist(x, y):
+    """Euclidean distance matrix (scipy's ``cdist``, imported on first use: ``import tpde_lib``
+    stays light)."""
+    from scipy.spatial.distance import cdist
+
+    return cdist(x, y)
 
 
 def _exact_plan(a, b, M):
@@ -73,6 +79,8 @@ def _exact_plan(a, b, M):
 
     Entries below ``_PLAN_FLOOR`` are round-off of the simplex's flow updates and set to 0.
     """
+    import ot  # POT, imported on first use: import tpde_lib stays light
+
     plan, log = ot.emd(a, b, M, numItermax=_EMD_MAX_ITER, log=True)
     if log.get("warning"):
         raise RuntimeError(f"exact optimal transport did not converge: {log['warning']}")
@@ -340,7 +348,7 @@ def _fibre_wp(mu, nu, p):
         sel_mu, sel_nu = idx_mu == k, idx_nu == k
         a = mu.weights[sel_mu] / m_mu[k]
         b = nu.weights[sel_nu] / m_nu[k]
-        fibre_w[k] = _wp_cost(a, b, cdist(mu.points[sel_mu] / scale, nu.points[sel_nu] / scale), p)
+        fibre_w[k] = _wp_cost(a, b, _cdist(mu.points[sel_mu] / scale, nu.points[sel_nu] / scale), p)
     return s_mu, m_mu, fibre_w, scale, p
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = ["as_float_array", "as_square", "as_covariance", "as_times", "as_positive", "as_at_least",
            "as_finite", "as_flag", "as_count", "as_seed", "as_rng", "as_choice", "as_index",
-           "as_instance", "unit_scale"]
+           "as_instance", "as_sink_mass", "unit_scale"]
 
 
 def _describe_shape(shape):

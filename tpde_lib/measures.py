@@ -50,7 +50,7 @@ class Empirical:
     Empirical(n=2, d=2)
     >>> mu.mean()
     array([1.5, 0. ])
-    >>> mu.cov()[0, 0]
+    >>> float(mu.cov()[0, 0])
     0.75
     """
 
@@ -183,7 +183,7 @@ class Gaussian:
     Gaussian(d=2, mean=[0. 0.])
     >>> mu = g.sample(20_000, seed=0)
     >>> np.round(np.diag(mu.cov()), 1)
-    array([1. , 4. ])
+    array([1., 4.])
     """
 
     def __init__(self, mean: ArrayLike, cov: ArrayLike) -> None:

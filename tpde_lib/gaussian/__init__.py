@@ -8,6 +8,33 @@ and a batch of attentions as one vectorised right-hand side), ``_solve``
 (:func:`simulate_gaussian`, :func:`simulate_gaussian_batch`, blow-up detection),
 ``_closed_forms`` (softmax with :math:`V = vI`), ``_defect`` (:func:`affine_defect`: does a
 variant preserve Gaussians?).
+
+Examples
+--------
+Softmax with :math:`A = -I, V = I` from :math:`\mathcal N(0, I)`: :math:`\Sigma' = -2\Sigma^2`,
+so :math:`\Sigma_t = I/(1 + 2t)`; with :math:`A = I` it blows up at :math:`t = 1/2`:
+
+>>> import numpy as np
+>>> import tpde_lib as tp
+>>> g0, I = tp.Gaussian([0.0, 0.0], np.eye(2)), np.eye(2)
+>>> traj = tp.simulate_gaussian(tp.Softmax(-I, I), g0, [0.0, 1.0])
+>>> np.round(traj.cov[-1], 6)
+array([[0.333333, 0.      ],
+       [0.      , 0.333333]])
+>>> traj.blowup_time is None
+True
+>>> round(tp.simulate_gaussian(tp.Softmax(I, I), g0, [0.0, 1.0]).blowup_time, 6)
+0.5
+
+A batch, one right-hand side call per step for all members:
+
+>>> batch = tp.simulate_gaussian_batch([tp.Softmax(-I, I), tp.Softmax(I, I)],
+...                                    np.stack([I, I]), [0.0, 1.0])
+>>> batch.blowup_time
+array([inf, 0.5])
+>>> tp.gaussian.softmax_rhs(I, I, np.zeros(2), I)[1]      # Sigma' = 2 Sigma^2
+array([[2., 0.],
+       [0., 2.]])
 """
 
 from ._closed_forms import (

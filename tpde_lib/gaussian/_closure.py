@@ -33,9 +33,16 @@ Two parts:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .._linalg import psd_sqrt
+
+if TYPE_CHECKING:
+    from ..attention import Attention
 
 __all__ = ["softmax_rhs", "multihead_rhs", "l2_rhs", "sinkhorn_rhs", "linear_rhs", "sinkhorn_gain",
            "covariance_rhs"]
@@ -56,7 +63,8 @@ def _sym_part2(X):
     return X + _t(X)
 
 
-def softmax_rhs(A, V, mean, cov):
+def softmax_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
+                cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of softmax attention (appendix "Derivations", :eq:`eq-softmax-ode`).
 
     The exponential tilt :math:`e^{\langle Ax,y\rangle}\mathcal N(\alpha,\Sigma)(dy)\propto
@@ -86,7 +94,8 @@ def softmax_rhs(A, V, mean, cov):
     return dmean, dcov
 
 
-def multihead_rhs(As, Vs, mean, cov):
+def multihead_rhs(As: Sequence[ArrayLike], Vs: Sequence[ArrayLike], mean: ArrayLike,
+                  cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of multi-head softmax attention (appendix "Derivations", :eq:`eq-multihead-ode`).
 
     The field is the sum of the heads' fields, :math:`\Gamma = \sum_h V_h(\alpha+\Sigma A_h x)`:
@@ -118,7 +127,8 @@ def multihead_rhs(As, Vs, mean, cov):
     return dmean, dcov
 
 
-def l2_rhs(Q, K, V, tau, mean, cov):
+def l2_rhs(Q: ArrayLike, K: ArrayLike, V: ArrayLike, tau: float, mean: ArrayLike,
+           cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of ℓ² attention with kernel :math:`e^{-|Qx-Ky|^2/\tau}`.
 
     Derived in the appendix "Derivations", :eq:`eq-l2-ode`.
@@ -168,7 +178,7 @@ def l2_rhs(Q, K, V, tau, mean, cov):
     return dmean, dcov
 
 
-def sinkhorn_gain(A, cov):
+def sinkhorn_gain(A: ArrayLike, cov: ArrayLike) -> NDArray[np.float64]:
     r"""The product :math:`G\Sigma` of the Sinkhorn conditional-mean slope :math:`G`, ε = 1.
 
     Derived in the appendix "Derivations", :eq:`eq-sinkhorn-gain`.
@@ -206,7 +216,8 @@ def sinkhorn_gain(A, cov):
     return 2.0 * (S @ N @ inv_1pD @ S)
 
 
-def sinkhorn_rhs(A, V, eps, mean, cov):
+def sinkhorn_rhs(A: ArrayLike, V: ArrayLike, eps: float, mean: ArrayLike,
+                 cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of Sinkhorn attention, temperature ε.
 
     Derived in the appendix "Derivations", :eq:`eq-sinkhorn-ode`.
@@ -238,7 +249,8 @@ def sinkhorn_rhs(A, V, eps, mean, cov):
     return dmean, dcov
 
 
-def linear_rhs(A, V, mean, cov):
+def linear_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
+               cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of linear attention (appendix "Derivations", :eq:`eq-linear-ode`).
 
     :math:`\Gamma(x) = \int\langle Ax,y\rangle Vy\,d\mu(y) = V(\Sigma + \alpha\alpha^\top)Ax`, so
@@ -275,14 +287,14 @@ def _attention_class():
     return Attention
 
 
-def check_attention(att, name="att"):
+def check_attention(att: object, name: str = "att") -> Attention:
     """``att`` if it is a :class:`tpde_lib.Attention`, TypeError naming ``name`` otherwise."""
     if not isinstance(att, _attention_class()):
         raise TypeError(f"{name} must be a tpde_lib Attention, got {type(att).__name__}")
     return att
 
 
-def as_attention_list(att):
+def as_attention_list(att: Attention | Sequence[Attention]) -> list[Attention]:
     """``att`` as a non-empty list of attentions (TypeError/ValueError otherwise)."""
     atts = list(att) if isinstance(att, (list, tuple)) else [att]
     if not atts:
@@ -383,7 +395,7 @@ class BatchRhs:
         return dm, dc
 
 
-def covariance_rhs(att):
+def covariance_rhs(att: Attention | Sequence[Attention]) -> Callable[[ArrayLike], NDArray[np.float64]]:
     r"""The covariance right-hand side :math:`\Sigma \mapsto \Sigma'` of an attention, batched.
 
     The mean is set to 0 (softmax, multi-head, ℓ² and Sinkhorn covariance ODEs do not involve

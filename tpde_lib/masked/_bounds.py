@@ -10,6 +10,7 @@ attention", equations ``eq-masked-prefix`` to ``eq-masked-series``).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_at_least, as_float_array, as_positive, as_sink_mass, as_square, as_times
 
@@ -19,7 +20,8 @@ __all__ = ["prefix_average_matrix", "lp_operator_norm", "hardy_constant",
 
 # ---- the prefix average and its norms ------------------------------------------------------
 
-def prefix_average_matrix(weights, positions=None):
+def prefix_average_matrix(weights: ArrayLike,
+                          positions: ArrayLike | None = None) -> NDArray[np.float64]:
     r"""The prefix average :math:`H_m`, the causal attention of zero scores, as a matrix.
 
     .. math::
@@ -55,7 +57,7 @@ def prefix_average_matrix(weights, positions=None):
     return seen * w[None, :] / prefix[:, None]
 
 
-def lp_operator_norm(E, masses, p):
+def lp_operator_norm(E: ArrayLike, masses: ArrayLike, p: float) -> float:
     r"""Operator norm of the matrix ``E`` on :math:`\ell^p(m)`, :math:`\|u\|_p^p = \sum_i m_i|u_i|^p`.
 
     Computed from the matrix: :math:`p = 1`, the largest weighted column sum
@@ -88,7 +90,7 @@ def lp_operator_norm(E, masses, p):
     raise ValueError(f"p must be 1, 2 or inf, got {p!r}")
 
 
-def hardy_constant(masses, p):
+def hardy_constant(masses: ArrayLike, p: float) -> float:
     r"""The bound :math:`\kappa_p(m)` on the norm of the prefix average :math:`H_m` on
     :math:`\ell^p(m)`, for fibre masses listed in increasing position.
 
@@ -131,7 +133,8 @@ def _softmax_constants(A, V, R):
     return L_x, L_mu
 
 
-def masked_lipschitz_constant(A, V, R, sink_mass, p=1):
+def masked_lipschitz_constant(A: ArrayLike, V: ArrayLike, R: float, sink_mass: float,
+                              p: float = 1) -> float:
     r"""Pointwise Lipschitz constant of the masked softmax field in :math:`W_p^{\rm cond}`.
 
     .. math::
@@ -172,7 +175,9 @@ def masked_lipschitz_constant(A, V, R, sink_mass, p=1):
     return float(L_mu / m ** (1.0 / p))
 
 
-def masked_stability_constant(A, V, R0, times, masses, p, log=False):
+def masked_stability_constant(A: ArrayLike, V: ArrayLike, R0: float, times: ArrayLike,
+                              masses: ArrayLike, p: float,
+                              log: bool = False) -> NDArray[np.float64]:
     r"""Stability constant of masked softmax attention in :math:`W_p^{\rm cond}` (``p = inf``: the
     supremum over fibres).
 
@@ -217,7 +222,7 @@ def masked_stability_constant(A, V, R0, times, masses, p, log=False):
         return log_C if log else np.exp(log_C)
 
 
-def linear_sink_response(t, sink_mass, n_terms=120):
+def linear_sink_response(t: float, sink_mass: float, n_terms: int = 120) -> float:
     r"""The :math:`W_1^{\rm cond}` amplification of a sink shift in the linear model, continuum limit.
 
     With :math:`A = 0`, :math:`V = I` and the position marginal

@@ -11,6 +11,7 @@ prefix of fibres (:func:`shift_prefix`) and measures the share of attention the 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_count, as_float_array, as_sink_mass, as_square
 from ..attention import kernel_sums
@@ -20,7 +21,8 @@ __all__ = ["sink_positions", "with_sink", "sink_mass", "position_marginal", "shi
            "sink_attention_share"]
 
 
-def sink_positions(n, sink_mass, n_sink=None):
+def sink_positions(n: int, sink_mass: float,
+                   n_sink: int | None = None) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Positions and weights of ``n`` tokens: an atom of mass ``sink_mass`` at :math:`s = 0`, the
     rest spread evenly over :math:`(0, 1]`.
 
@@ -78,7 +80,7 @@ def sink_positions(n, sink_mass, n_sink=None):
     return positions, weights
 
 
-def with_sink(points, sink_mass, n_sink=None):
+def with_sink(points: ArrayLike, sink_mass: float, n_sink: int | None = None) -> Empirical:
     """The tokens ``points`` in their row order, with the sink positions and weights of
     :func:`sink_positions` (the first ``n_sink`` rows form the sink).
 
@@ -107,13 +109,13 @@ def _positions_of(mu, name="mu"):
     return mu.positions
 
 
-def sink_mass(mu):
+def sink_mass(mu: Empirical) -> float:
     r"""The mass :math:`m(\{0\}) = \sum_{i : s_i = 0} w_i` of the atom at position 0 (float)."""
     s = _positions_of(mu)
     return float(mu.weights[s == 0].sum())
 
 
-def position_marginal(mu):
+def position_marginal(mu: Empirical) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""The position marginal :math:`m = (\pi_s)_\#\mu` as (values, masses).
 
     Returns
@@ -128,7 +130,7 @@ def position_marginal(mu):
     return values, np.bincount(idx, weights=mu.weights, minlength=values.size)
 
 
-def shift_prefix(mu, shift, s_max=0.0):
+def shift_prefix(mu: Empirical, shift: float, s_max: float = 0.0) -> Empirical:
     r"""Translate the tokens at positions :math:`s \le s_{\max}` by ``shift``; the rest unchanged.
 
     With the default ``s_max = 0`` this moves the sink fibre :math:`\mu_0` only. The position
@@ -157,7 +159,7 @@ def shift_prefix(mu, shift, s_max=0.0):
     return mu.with_points(X)
 
 
-def sink_attention_share(A, mu):
+def sink_attention_share(A: ArrayLike, mu: Empirical) -> NDArray[np.float64]:
     r"""The attention each token pays to the sink fibre, :math:`\pi_{x_i, s_i}(\{s' = 0\})`.
 
     For causal softmax attention with score matrix :math:`A` the token :math:`(x, s)` averages the

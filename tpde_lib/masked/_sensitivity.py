@@ -9,15 +9,22 @@ law.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import as_count, as_float_array, as_positive, as_times
 from ..meanfield import fit_rate
+from ..measures import Empirical
 from ..particles import simulate
 from ..transport import fibre_distances
 from ._positions import shift_prefix, with_sink
+
+if TYPE_CHECKING:
+    from ..attention import Attention
 
 __all__ = ["Sensitivity", "sensitivity", "sink_mass_sweep", "prefix_sweep", "fit_exponent"]
 
@@ -59,7 +66,9 @@ def _both_distances(mu, nu, ps):
     return cond, sup
 
 
-def sensitivity(att, mu, nu, T, p=2, n_times=21, method="rk4", h=None, sup=False):
+def sensitivity(att: Attention, mu: Empirical, nu: Empirical, T: float,
+                p: float | Sequence[float] = 2, n_times: int = 21, method: str = "rk4",
+                h: float | None = None, sup: bool = False) -> Sensitivity:
     r"""Measured stability ratio :math:`W_p^{\rm cond}(\mu_t, \nu_t) / W_p^{\rm cond}(\mu_0, \nu_0)`.
 
     Both measures are simulated with :func:`tpde_lib.particles.simulate` (same attention, same
@@ -133,8 +142,9 @@ def _stack(results, sup):
     return np.stack(results, axis=-1)
 
 
-def sink_mass_sweep(att, points, sink_masses, shift, T, n_sink, p=(1, 2), n_times=2, method="rk4",
-                    h=None, sup=False):
+def sink_mass_sweep(att: Attention, points: ArrayLike, sink_masses: ArrayLike, shift: float,
+                    T: float, n_sink: int, p: float | Sequence[float] = (1, 2), n_times: int = 2,
+                    method: str = "rk4", h: float | None = None, sup: bool = False):
     r"""Sensitivity to a shift of the sink fibre, as the sink's mass :math:`m(\{0\})` varies.
 
     For each mass the same tokens ``points`` get the positions and weights of
@@ -175,7 +185,9 @@ def sink_mass_sweep(att, points, sink_masses, shift, T, n_sink, p=(1, 2), n_time
     return _stack(out, sup)
 
 
-def prefix_sweep(att, mu, s_max_values, shift, T, p=(1, 2), method="rk4", h=None, sup=False):
+def prefix_sweep(att: Attention, mu: Empirical, s_max_values: ArrayLike, shift: float, T: float,
+                 p: float | Sequence[float] = (1, 2), method: str = "rk4", h: float | None = None,
+                 sup: bool = False):
     r"""Sensitivity to a shift of the prefix :math:`[0, s_{\max}]`, as :math:`s_{\max}` varies.
 
     :math:`\nu_0` is :math:`\mu_0` with its tokens at :math:`s \le s_{\max}` translated by
@@ -219,7 +231,7 @@ def prefix_sweep(att, mu, s_max_values, shift, T, p=(1, 2), method="rk4", h=None
     return _stack(out, sup)
 
 
-def fit_exponent(x, y):
+def fit_exponent(x: ArrayLike, y: ArrayLike) -> tuple[float, float]:
     r"""Least-squares power law :math:`y \approx c\,x^{b}` in log–log coordinates.
 
     Parameters

@@ -12,6 +12,19 @@ system with a limit and fit how the gap closes. This package holds the shared pi
   (:func:`coupling_distance`, :func:`moment_errors`) and power-law fits with a confidence
   interval on the exponent (:func:`fit_rate` returning :class:`RateFit`);
 * ``_step_order``: the step-order experiment of a time integrator (:func:`step_order`).
+
+Examples
+--------
+The exponent of an exact power law, with its confidence interval:
+
+>>> import numpy as np
+>>> import tpde_lib as tp
+>>> n = np.array([100, 200, 400, 800])
+>>> fit = tp.meanfield.fit_rate(n, 3.0 / np.sqrt(n))
+>>> round(fit.slope, 12), round(fit.prefactor, 12)
+(-0.5, 3.0)
+>>> tp.meanfield.uniform_disk(1000, seed=0).shape
+(1000, 2)
 """
 
 from ._affine import AffineFlow, gaussian_affine_flow

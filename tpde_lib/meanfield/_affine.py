@@ -7,9 +7,12 @@ the mean-field limit of a sample, exactly, to compare particle systems with.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.integrate import solve_ivp
 
 from .._checks import as_float_array, as_positive, as_times
@@ -52,7 +55,8 @@ class AffineFlow:
         return self.times.size
 
 
-def gaussian_affine_flow(affine, g0, times, rtol=1e-11, atol=1e-13):
+def gaussian_affine_flow(affine: Callable[..., Any], g0: Gaussian, times: ArrayLike,
+                         rtol: float = 1e-11, atol: float = 1e-13) -> AffineFlow:
     r"""Exact flow of the Transformer PDE from a Gaussian when the field of a Gaussian is affine.
 
     If the field of every Gaussian :math:`\mathcal N(\alpha, \Sigma)` is affine,

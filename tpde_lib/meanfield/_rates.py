@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import as_float_array
 from ..measures import Empirical
@@ -27,7 +28,7 @@ def _pair(x, y, weights):
     return x, y, w
 
 
-def coupling_distance(x, y, weights=None):
+def coupling_distance(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> float:
     r"""Root-mean-square distance between token ``i`` of ``x`` and token ``i`` of ``y``.
 
     .. math::
@@ -52,7 +53,8 @@ def coupling_distance(x, y, weights=None):
     return float(np.sqrt(w @ np.sum((x - y) ** 2, axis=1)))
 
 
-def moment_errors(x, y, weights=None):
+def moment_errors(x: ArrayLike, y: ArrayLike,
+                  weights: ArrayLike | None = None) -> tuple[float, float]:
     r"""Distance between the means and between the covariances of two weighted clouds.
 
     Parameters
@@ -114,7 +116,7 @@ class RateFit:
                 f"[{self.ci[0]:.3f}, {self.ci[1]:.3f}], {self.n_points} points")
 
 
-def fit_rate(x, y, level=0.95):
+def fit_rate(x: ArrayLike, y: ArrayLike, level: float = 0.95) -> RateFit:
     r"""Fit :math:`\log y = \log C + s\log x` by least squares, with a confidence interval on ``s``.
 
     Every (x, y) pair is one observation; pass several seeds as columns of ``y`` so that the

@@ -8,6 +8,7 @@ equal-weight quadrature of the same measure (much closer to it than a sample).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .._checks import as_positive
 
@@ -28,7 +29,7 @@ def _count(name, n, minimum=1):
 # --------------------------------------------------------------------------------------------
 # Samplers and quadratures of the uniform disk
 # --------------------------------------------------------------------------------------------
-def uniform_disk(n, radius=1.0, seed=0):
+def uniform_disk(n: int, radius: float = 1.0, seed: int = 0) -> NDArray[np.float64]:
     r"""``n`` i.i.d. points uniform on the disk of radius ``radius`` centred at 0.
 
     Polar sampling: :math:`r = R\sqrt U`, :math:`\theta = 2\pi U'` with :math:`U, U'` independent
@@ -55,7 +56,7 @@ def uniform_disk(n, radius=1.0, seed=0):
     return np.column_stack([r * np.cos(theta), r * np.sin(theta)])
 
 
-def sunflower(n, radius=1.0):
+def sunflower(n: int, radius: float = 1.0) -> NDArray[np.float64]:
     r"""Deterministic equal-weight quadrature of the uniform disk: ``n`` points on a Vogel spiral.
 
     .. math::

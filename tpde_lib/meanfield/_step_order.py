@@ -7,13 +7,18 @@ and fits its order (:class:`StepOrder`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import as_float_array, as_positive
 from ..measures import Empirical
 from ..particles import simulate
 from ._rates import RateFit, coupling_distance, fit_rate
+
+if TYPE_CHECKING:
+    from ..attention import Attention
 
 __all__ = ["StepOrder", "step_order"]
 
@@ -41,8 +46,9 @@ class StepOrder:
         return self.fit.slope
 
 
-def step_order(att, mu0, steps, T=1.0, method="euler", reference_h=None, norm="rms",
-               reference_rtol=1e-12):
+def step_order(att: Attention, mu0: Empirical, steps: ArrayLike, T: float = 1.0,
+               method: str = "euler", reference_h: float | None = None, norm: str = "rms",
+               reference_rtol: float = 1e-12) -> StepOrder:
     r"""Error at time ``T`` of the particle system integrated with each step, and its order.
 
     Runs :func:`~tpde_lib.particles.simulate` with ``method`` and each ``h`` in ``steps`` and

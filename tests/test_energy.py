@@ -55,7 +55,7 @@ def _grid_gaussian(cov, n_side, width=6.0):
 
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
 def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
-    # energy.py solves with POT; the attention class has its own log-domain solver
+    # energy.sinkhorn_energy solves with POT; the attention class has its own log-domain solver
     rng = np.random.default_rng(0)
     X = rng.standard_normal((30, 2))
     w = rng.uniform(0.5, 1.5, 30)

@@ -71,16 +71,6 @@ def test_bad_inputs_raise_naming_the_argument():
         cl.lyapunov_matrix(-np.eye(2))
 
 
-def test_old_import_paths_still_work_for_one_release():
-    from tpde_lib import official
-    assert cl.histogram_setting is official.histogram_setting
-    assert cl.paper_histogram_ranks is official.paper_histogram_ranks
-    assert cl.histogram_inits is official.histogram_inits
-    assert cl.to_3d is pc.to_3d and cl.init_grid is pc.init_grid
-
-
-# ---------------------------------------------------------------- ranks
-
 def test_numerical_rank_matches_matrix_rank():
     rng = np.random.default_rng(1)
     mats = []

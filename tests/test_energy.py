@@ -13,7 +13,7 @@ from numpy.polynomial.hermite_e import hermegauss
 from scipy.linalg import sqrtm
 
 from tpde_lib import energy as en
-from tpde_lib import gaussian_odes, transport
+from tpde_lib import gaussian, transport
 from tpde_lib.attention import Linear, Sinkhorn, Softmax, Unnormalised
 from tpde_lib.measures import Empirical, Gaussian
 from tpde_lib.transport import bures_wasserstein, wasserstein
@@ -55,7 +55,7 @@ def _grid_gaussian(cov, n_side, width=6.0):
 
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
 def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
-    # energy.py solves with POT; the attention class has its own log-domain solver
+    # energy.sinkhorn_energy solves with POT; the attention class has its own log-domain solver
     rng = np.random.default_rng(0)
     X = rng.standard_normal((30, 2))
     w = rng.uniform(0.5, 1.5, 30)
@@ -108,10 +108,10 @@ def test_gaussian_sinkhorn_energy_matches_quantised_gaussian_in_2d():
 
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
 def test_gaussian_sinkhorn_energy_equals_its_log_det_form(A):
-    # the log-det form of the chapter "Gradient flows" (eps = 1), with G from gaussian_odes;
+    # the log-det form of the chapter "Gradient flows" (eps = 1), with G from gaussian.sinkhorn_gain;
     # general eps by the scaling OT_eps(A) = eps OT_1(A / eps); also the mean term -a^T A a / 2
     eps, alpha = 0.6, np.array([0.5, -1.0])
-    G = gaussian_odes.sinkhorn_gain(A / eps, COV) @ np.linalg.inv(COV)
+    G = gaussian.sinkhorn_gain(A / eps, COV) @ np.linalg.inv(COV)
     logdet = np.linalg.slogdet(COV)[1] - np.linalg.slogdet(COV - G @ COV @ G.T)[1]
     expected = 0.5 * (-np.trace(A @ COV @ G.T) + 0.5 * eps * logdet) - 0.5 * alpha @ A @ alpha
     assert en.sinkhorn_energy_gaussian(COV, A, eps, mean=alpha) == pytest.approx(expected,
@@ -119,17 +119,17 @@ def test_gaussian_sinkhorn_energy_equals_its_log_det_form(A):
 
 
 def _gain(cov, A, eps):
-    """G from the one Gaussian Sinkhorn gain (gaussian_odes.sinkhorn_gain returns G Sigma)."""
-    return gaussian_odes.sinkhorn_gain(A / eps, cov) @ np.linalg.inv(cov)
+    """G from the one Gaussian Sinkhorn gain (gaussian.sinkhorn_gain returns G Sigma)."""
+    return gaussian.sinkhorn_gain(A / eps, cov) @ np.linalg.inv(cov)
 
 
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
-def test_deprecated_energy_gain_is_the_gaussian_odes_gain_and_solves_the_fixed_point(A):
+def test_the_gaussian_sinkhorn_gain_solves_the_fixed_point(A):
+    # the slope G of E[y|x] solves G = (Sigma - G Sigma G^T) A / eps (the plan's Schrodinger
+    # system on Gaussians), an identity independent of the closed form of sinkhorn_gain
     eps = 0.8
-    with pytest.warns(DeprecationWarning, match="gaussian_odes.sinkhorn_gain"):
-        G = en.sinkhorn_gain_gaussian(COV, A, eps)
+    G = _gain(COV, A, eps)
     assert np.allclose(G, (COV - G @ COV @ G.T) @ A / eps, atol=1e-12)
-    assert np.allclose(G, _gain(COV, A, eps), atol=1e-12)
 
 
 @pytest.mark.parametrize("A, eps", [(A_SYM, 1.0), (A_GEN, 0.6), (-2 * I2, 1.5)])
@@ -171,7 +171,7 @@ def test_gaussian_energy_gradient_matches_finite_differences_for_random_inputs(s
     grad = en.sinkhorn_energy_gradient_gaussian(S, A, eps)
     assert np.sum(grad * D) == pytest.approx(fd, abs=1e-7)
     if symmetric:     # and the Bures-Wasserstein flow is the Sinkhorn ODE with V = A
-        _, dcov = gaussian_odes.sinkhorn_rhs(A, A, eps, np.zeros(d), S)
+        _, dcov = gaussian.sinkhorn_rhs(A, A, eps, np.zeros(d), S)
         assert np.allclose(dcov, en.bures_wasserstein_gradient_flow_rhs(S, A, eps), atol=1e-10)
 
 
@@ -183,9 +183,9 @@ def test_gaussian_energy_gradient_is_minus_half_A_G_for_symmetric_A():
 
 @pytest.mark.parametrize("eps", [1.0, 0.4])
 def test_sinkhorn_covariance_ode_is_the_bures_wasserstein_gradient_flow(eps):
-    # chapter "Gradient flows": with V = A = A^T the ODE of gaussian_odes equals
+    # chapter "Gradient flows": with V = A = A^T the Sinkhorn covariance ODE equals
     # -2(grad F S + S grad F)
-    _, dcov = gaussian_odes.sinkhorn_rhs(A_SYM, A_SYM, eps, np.zeros(2), COV)
+    _, dcov = gaussian.sinkhorn_rhs(A_SYM, A_SYM, eps, np.zeros(2), COV)
     assert np.allclose(dcov, en.bures_wasserstein_gradient_flow_rhs(COV, A_SYM, eps), atol=1e-12)
 
 
@@ -209,7 +209,7 @@ def _gaussian_sinkhorn_flow(V, eps):
     """The Gaussian Sinkhorn ODE (A = A_SYM) on the flat state (alpha, Sigma), and its energy."""
 
     def field(state):
-        dm, dc = gaussian_odes.sinkhorn_rhs(A_SYM, V, eps, state[:2], state[2:].reshape(2, 2))
+        dm, dc = gaussian.sinkhorn_rhs(A_SYM, V, eps, state[:2], state[2:].reshape(2, 2))
         return np.concatenate([dm, dc.ravel()])
 
     def energy(state):
@@ -243,7 +243,7 @@ def test_interaction_energy_matches_the_naive_double_sum(monkeypatch):
     w /= w.sum()
     naive = 0.5 * sum(w[i] * w[j] * np.exp(X[j] @ A_GEN @ X[i])
                       for i in range(40) for j in range(40))
-    monkeypatch.setattr(en, "_BLOCK_ROWS", 7)           # several row blocks, a ragged last one
+    monkeypatch.setattr(en._particles, "_BLOCK_ROWS", 7)           # several row blocks, a ragged last one
     assert en.interaction_energy(Empirical(X, w), A_GEN) == pytest.approx(naive, rel=1e-12)
     Z = en.partition_function(Empirical(X, w), A_GEN)
     assert np.allclose(Z, np.exp(X @ A_GEN.T @ X.T) @ w, rtol=1e-12)
@@ -300,14 +300,8 @@ def test_mobility_of_unnormalised_attention_is_minus_V_A_inverse():
         en.mobility(Linear(A, V))
 
 
-def test_legacy_three_argument_mobility_still_works_with_a_deprecation_warning():
-    A, V, P = _twisted_setup()
-    with pytest.warns(DeprecationWarning, match="mobility"):
-        assert np.allclose(en.mobility(A, V, "unnormalised"), P, atol=1e-12)
-    with pytest.warns(DeprecationWarning):
-        assert np.allclose(en.mobility(A, V, "sinkhorn"), -P, atol=1e-12)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="variant"):
-        en.mobility(A, V, "sigmoid")
+def test_mobility_of_a_non_attention_raises_type_error():
+    A, _, _ = _twisted_setup()
     with pytest.raises(TypeError, match="att must be"):
         en.mobility(A)
 
@@ -347,7 +341,7 @@ def test_sinkhorn_gaussian_flow_with_mobility_dissipates_in_the_twisted_bw_metri
     Pinv = np.linalg.inv(P)
     diss = b @ Pinv @ b + np.trace(Pinv @ M @ COV @ M.T)
     assert rate == pytest.approx(-diss, rel=1e-7)
-    speed = en.twisted_bures_wasserstein(Gaussian(alpha, COV),
+    speed = transport.twisted_bures_wasserstein(Gaussian(alpha, COV),
                                          Gaussian(up[:2], up[2:].reshape(2, 2)), P) / h
     assert speed == pytest.approx(np.sqrt(diss), rel=1e-3)
 
@@ -414,16 +408,16 @@ def test_twisted_wasserstein_is_w2_after_the_change_of_variables():
     mu, nu = Empirical(rng.standard_normal((12, 2))), Empirical(rng.standard_normal((15, 2)))
     P = np.diag([4.0, 0.25])
     expected = wasserstein(Empirical(mu.points * [0.5, 2.0]), Empirical(nu.points * [0.5, 2.0]))
-    assert en.twisted_wasserstein(mu, nu, P) == pytest.approx(expected, rel=1e-12)
+    assert transport.twisted_wasserstein(mu, nu, P) == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="P must be .*positive"):
-        en.twisted_wasserstein(mu, nu, -P)
+        transport.twisted_wasserstein(mu, nu, -P)
 
 
 def test_twisted_bures_wasserstein_in_1d():
     # W2(N(m1, s1), N(m2, s2))^2 = (m1 - m2)^2 + (sqrt s1 - sqrt s2)^2, scaled by 1/p
     g1, g2, p = Gaussian([0.3], [[2.0]]), Gaussian([-0.5], [[0.5]]), 3.0
     expected = np.sqrt(((0.8) ** 2 + (np.sqrt(2.0) - np.sqrt(0.5)) ** 2) / p)
-    assert en.twisted_bures_wasserstein(g1, g2, [[p]]) == pytest.approx(expected, rel=1e-12)
+    assert transport.twisted_bures_wasserstein(g1, g2, [[p]]) == pytest.approx(expected, rel=1e-12)
 
 
 def test_twisted_metric_speed_equals_the_square_root_of_the_dissipation():
@@ -433,7 +427,7 @@ def test_twisted_metric_speed_equals_the_square_root_of_the_dissipation():
     mu, h = Empirical(0.8 * rng.standard_normal((20, 2))), 1e-4
     att = Unnormalised(A, V)
     moved = mu.with_points(_rk4(lambda x: att.velocity(mu.with_points(x)), mu.points, h))
-    speed = en.twisted_wasserstein(mu, moved, P) / h
+    speed = transport.twisted_wasserstein(mu, moved, P) / h
     assert speed == pytest.approx(np.sqrt(en.dissipation(mu, att.velocity(mu), P)), rel=1e-3)
 
 
@@ -441,7 +435,7 @@ def test_bures_wasserstein_geodesic_has_constant_speed():
     # W2(g_s, g_t) = |t - s| W2(g_0, g_1) along a geodesic (checked with transport.bures_wasserstein)
     g0 = Gaussian([0.0, 1.0], COV)
     g1 = Gaussian([1.0, -0.5], np.array([[0.2, -0.1], [-0.1, 0.9]]))
-    means, covs = en.bures_wasserstein_geodesic(g0, g1, np.array([0.0, 0.3, 0.8, 1.0]))
+    means, covs = transport.bures_wasserstein_geodesic(g0, g1, np.array([0.0, 0.3, 0.8, 1.0]))
     assert np.allclose(covs[0], g0.cov) and np.allclose(covs[-1], g1.cov, atol=1e-12)
     total = bures_wasserstein(g0, g1)
     d = bures_wasserstein(Gaussian(means[1], covs[1]), Gaussian(means[2], covs[2]))
@@ -487,18 +481,12 @@ def test_bad_arguments_raise_named_errors():
     with pytest.raises(TypeError, match="mu"):
         en.interaction_energy(np.zeros((3, 2)), A_SYM)
     with pytest.raises(ValueError, match="cov0"):
-        en.bures_wasserstein_map(np.zeros((2, 2)), COV)
+        transport.bures_wasserstein_map(np.zeros((2, 2)), COV)
 
 
 # ---------------------------------------------------------------------------------------------
-# moved names, twisted geodesics, the softmax metric, finite-difference witnesses
+# twisted geodesics, the softmax metric, finite-difference witnesses
 # ---------------------------------------------------------------------------------------------
-
-def test_moved_names_still_import_from_energy_and_are_the_transport_functions():
-    for name in ("bures_wasserstein_map", "bures_wasserstein_geodesic", "twisted_wasserstein",
-                 "twisted_bures_wasserstein"):
-        assert getattr(en, name) is getattr(transport, name)
-
 
 def test_twisted_geodesic_is_the_p_half_image_of_the_bw_geodesic_of_the_images():
     # independent construction with scipy's sqrtm: P^(1/2) geodesic(P^(-1/2) g0, P^(-1/2) g1)

@@ -15,7 +15,6 @@ from tpde_lib.gaussian import (
     GaussianBatch,
     GaussianTrajectory,
     covariance_rhs,
-    projected_euler,
     scalar_closed_form,
     simulate_gaussian,
     simulate_gaussian_batch,
@@ -24,6 +23,7 @@ from tpde_lib.gaussian import (
     softmax_limit_cov,
 )
 from tpde_lib.measures import Gaussian
+from tpde_lib.official import projected_euler
 from tpde_lib.particles import simulate
 
 

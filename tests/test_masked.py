@@ -10,7 +10,6 @@ from scipy.optimize import linear_sum_assignment
 
 from tpde_lib.attention import MultiHead, Softmax
 from tpde_lib.masked import (
-    fibre_distances,
     fit_exponent,
     hardy_constant,
     linear_sink_response,
@@ -26,12 +25,11 @@ from tpde_lib.masked import (
     sink_mass,
     sink_mass_sweep,
     sink_positions,
-    sup_fibre_distance,
     with_sink,
 )
 from tpde_lib.measures import Empirical
 from tpde_lib.particles import simulate
-from tpde_lib.transport import conditional_wasserstein
+from tpde_lib.transport import conditional_wasserstein, fibre_distances, sup_fibre_distance
 
 RNG_A = np.array([[0.6, -0.3], [0.4, 0.5]])
 RNG_V = np.array([[0.2, -0.7], [0.8, 0.1]])

@@ -10,17 +10,23 @@ Conventions (the book's introduction has the table): tokens are rows of an (n, d
 the score between a query x and a key y is <A x, y> = y^T A x, with A = K^T Q / sqrt(k) when
 built from Q, K in R^{k x d}; V in R^{d x d} merges value and output matrices.
 
-Modules: ``measures`` (Empirical, Gaussian), ``attention`` (the protocol :class:`Attention`,
-the blocked engine :func:`kernel_sums` and the variants), ``particles`` (token simulations),
-``gaussian_odes`` and ``gaussian`` (mean/covariance ODEs, blow-up, closed forms, the affine
-defect), ``integrate`` (a batched adaptive ODE integrator), ``official`` (the authors' released
-schemes, reproduced), ``transport`` (Wasserstein distances), ``stability`` (explicit
-constants), ``masked`` (causal attention, the attention sink), ``clustering`` (the paper's
-experiments), ``energy`` (gradient-flow structure), ``claims`` (the book's ledger), ``viz`` and
-``widgets`` (figures, panels and their static twins).
+The root holds the public API (``__all__``); the subpackages hold the rest, one concept each:
+``measures`` (Empirical, Gaussian), ``attention`` (the protocol :class:`Attention`, the blocked
+engine :func:`kernel_sums` and the variants), ``particles`` (token simulations), ``gaussian``
+(the Gaussian closures' right-hand sides, their solvers, blow-up, closed forms, the affine
+defect), ``integrate`` (a batched adaptive ODE integrator), ``transport`` (Wasserstein
+distances, Bures–Wasserstein maps and geodesics), ``meanfield`` (samplers, exact affine flows,
+rate fits, step orders), ``stability`` (explicit constants), ``masked`` (causal attention, the
+attention sink), ``clustering`` (ranks, Lyapunov functions, blow-up surveys), ``psd_cone`` (the
+2×2 cone picture), ``energy`` (gradient-flow structure), ``official`` (the authors' released
+schemes, reproduced), ``viz`` and ``widgets`` (figures, panels and their static twins). The
+subpackages that need heavy dependencies (scipy.stats, POT, matplotlib) are imported on first
+access, ``tp.energy`` or ``tp.viz``, so that ``import tpde_lib`` stays light.
 """
 
-from . import meanfield, official
+import importlib
+
+from . import official
 from .attention import (
     L2,
     Attention,
@@ -49,6 +55,8 @@ from .official import projected_euler
 from .particles import Trajectory, simulate
 from .transport import bures_wasserstein, conditional_wasserstein, wasserstein
 
+__version__ = "1.0.0"
+
 __all__ = [
     "Empirical", "Gaussian",
     "Attention", "GaussianClosure", "kernel_sums", "set_num_threads", "get_num_threads",
@@ -60,4 +68,16 @@ __all__ = [
     "projected_euler", "official", "meanfield",
     "wasserstein", "bures_wasserstein", "conditional_wasserstein",
 ]
-__version__ = "1.0.0"
+
+#: subpackages imported on first access (PEP 562), ``tp.meanfield`` etc.
+_LAZY = ("clustering", "energy", "masked", "meanfield", "psd_cone", "stability", "viz", "widgets")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

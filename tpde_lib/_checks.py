@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = ["as_float_array", "as_square", "as_covariance", "as_times", "as_positive", "as_at_least",
            "as_finite", "as_flag", "as_count", "as_seed", "as_rng", "as_choice", "as_index",
-           "as_instance", "unit_scale"]
+           "as_instance", "as_sink_mass", "unit_scale"]
 
 
 def _describe_shape(shape):
@@ -279,3 +279,13 @@ def as_instance(name, value, cls, what):
     if not isinstance(value, cls):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
     return value
+
+
+def as_sink_mass(value, allow_zero=False):
+    r"""The sink mass :math:`m(\{0\}) \in (0, 1)` (``[0, 1)`` with ``allow_zero``), else ValueError."""
+    m = as_at_least("sink_mass", value, 0.0) if allow_zero else as_positive("sink_mass", value)
+    if m >= 1.0:
+        raise ValueError(f"sink_mass must lie in {'[0' if allow_zero else '(0'}, 1) (the mass m({{0}}) "
+                         f"of the sink; 1 would put every token at s = 0, i.e. unmasked attention), "
+                         f"got {value!r}")
+    return m

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["sym_fn", "psd_sqrt"]
+
 
 def sym_fn(S, fn):
     """``fn`` applied to the eigenvalues of the symmetric matrix ``S``, shape (..., d, d)."""

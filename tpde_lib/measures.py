@@ -4,15 +4,19 @@ A sequence of :math:`n` tokens :math:`x_1, \dots, x_n \in \mathbb R^d` is the em
 :math:`\mu^n = \sum_i w_i \delta_{x_i}` (uniform weights :math:`w_i = 1/n` by default). For masked
 (causal) attention each token also carries a position :math:`s_i \in [0, 1]` and the measure lives
 on :math:`\mathbb R^d \times [0, 1]`.
+
+Holds the two validated containers, :class:`Empirical` and :class:`Gaussian` (with sampling and
+moment matching), and :func:`as_empirical`, the one check that an argument is an empirical measure.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ._checks import as_count, as_covariance, as_float_array, as_instance, as_rng, unit_scale
 
-__all__ = ["Empirical", "Gaussian"]
+__all__ = ["Empirical", "Gaussian", "as_empirical"]
 
 _WEIGHT_SUM_TOL = 1e-9
 
@@ -36,9 +40,22 @@ class Empirical:
     ValueError
         Wrong shapes (n = 0 or d = 0 included), NaN or infinite values, negative weights, weights
         not summing to 1, positions outside [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tpde_lib as tp
+    >>> mu = tp.Empirical(np.array([[0.0, 0.0], [2.0, 0.0]]), weights=[0.25, 0.75])
+    >>> mu
+    Empirical(n=2, d=2)
+    >>> mu.mean()
+    array([1.5, 0. ])
+    >>> float(mu.cov()[0, 0])
+    0.75
     """
 
-    def __init__(self, points, weights=None, positions=None):
+    def __init__(self, points: ArrayLike, weights: ArrayLike | None = None,
+                 positions: ArrayLike | None = None) -> None:
         pts = as_float_array("points", points, ndim=2)  # n >= 1 tokens, d >= 1 (the input policy)
         n = pts.shape[0]
         if weights is None:
@@ -85,7 +102,7 @@ class Empirical:
         self._points, self._weights, self._positions = views
         return self
 
-    def with_points(self, points):
+    def with_points(self, points: ArrayLike) -> Empirical:
         """The same weights and positions carried by new points of the same shape (n, d)."""
         pts = as_float_array("points", points, shape=self._points.shape)
         return Empirical(pts, self._weights, self._positions)
@@ -95,7 +112,7 @@ class Empirical:
         scale = unit_scale(self._points)
         return self._points / scale, scale
 
-    def mean(self):
+    def mean(self) -> NDArray[np.float64]:
         r"""Mean :math:`\int y \, d\mu(y)`, shape (d,).
 
         Computed on the points scaled by a power of two, so that it cannot overflow even when
@@ -108,7 +125,7 @@ class Empirical:
             raise FloatingPointError("mean of this measure overflows float64; rescale the points")
         return m
 
-    def cov(self):
+    def cov(self) -> NDArray[np.float64]:
         r"""Covariance :math:`\int (y - m)(y - m)^\top d\mu(y)` (weighted, not Bessel-corrected), (d, d).
 
         Computed centred and scaled (points divided by a power of two near their largest entry,
@@ -156,9 +173,20 @@ class Gaussian:
         ``mean`` or ``cov`` not real numeric (bool, complex, strings, objects).
     ValueError
         NaN/inf, d = 0, ``cov`` not square, not symmetric or indefinite, shapes that do not match.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tpde_lib as tp
+    >>> g = tp.Gaussian(np.zeros(2), np.diag([1.0, 4.0]))
+    >>> g
+    Gaussian(d=2, mean=[0. 0.])
+    >>> mu = g.sample(20_000, seed=0)
+    >>> np.round(np.diag(mu.cov()), 1)
+    array([1., 4.])
     """
 
-    def __init__(self, mean, cov):
+    def __init__(self, mean: ArrayLike, cov: ArrayLike) -> None:
         m = as_float_array("mean", mean, ndim=1)   # d >= 1 (the input policy)
         c = as_float_array("cov", cov, ndim=2)
         if c.shape != (m.size, m.size):
@@ -174,7 +202,8 @@ class Gaussian:
     cov = property(lambda self: self._cov, doc="(d, d) covariance matrix Sigma.")
     d = property(lambda self: self._mean.size, doc="Dimension.")
 
-    def sample(self, n, seed=0, positions=None):
+    def sample(self, n: int, seed: int | np.random.Generator = 0,
+               positions: ArrayLike | None = None) -> Empirical:
         """Draw ``n`` i.i.d. points into a uniformly weighted :class:`Empirical`.
 
         Parameters
@@ -207,10 +236,15 @@ class Gaussian:
         return Empirical(pts, positions=positions)
 
     @classmethod
-    def from_empirical(cls, mu):
+    def from_empirical(cls, mu: Empirical) -> Gaussian:
         """The Gaussian with the same mean and covariance as ``mu`` (moment matching)."""
         as_instance("mu", mu, Empirical, "an Empirical measure")
         return cls(mu.mean(), mu.cov())
 
     def __repr__(self):
         return f"Gaussian(d={self.d}, mean={np.array2string(self._mean, precision=3)})"
+
+
+def as_empirical(name: str, value: object) -> Empirical:
+    """``value`` if it is an :class:`Empirical` measure, else ``TypeError`` naming ``name``."""
+    return as_instance(name, value, Empirical, "an Empirical measure")

@@ -11,13 +11,14 @@ dividing by the trace flattens it onto the unit disk. The plots are in :mod:`tpd
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ._checks import as_float_array
 
 __all__ = ["to_3d", "from_3d", "to_disk", "init_grid", "rank_one_direction"]
 
 
-def to_3d(S):
+def to_3d(S: ArrayLike) -> NDArray[np.float64]:
     r"""Cone coordinates of 2×2 symmetric matrices.
 
     :math:`\Sigma = \begin{pmatrix} a & c\\ c & b\end{pmatrix} \mapsto (a-b,\ 2c,\ a+b)`. This
@@ -41,7 +42,7 @@ def to_3d(S):
     return np.stack([a - b, 2.0 * c, a + b], axis=-1)
 
 
-def from_3d(X):
+def from_3d(X: ArrayLike) -> NDArray[np.float64]:
     r"""Inverse of :func:`to_3d`: :math:`(u, w, v) \mapsto \begin{pmatrix}(u+v)/2 & w/2\\ w/2 &
     (v-u)/2\end{pmatrix}`.
 
@@ -61,7 +62,7 @@ def from_3d(X):
     return np.stack([np.stack([a, c], -1), np.stack([c, b], -1)], axis=-2)
 
 
-def to_disk(S):
+def to_disk(S: ArrayLike) -> NDArray[np.float64]:
     r"""Normalised-trace disk coordinates of 2×2 covariances.
 
     The first two cone coordinates of :math:`\Sigma/\operatorname{tr}\Sigma`,
@@ -83,7 +84,7 @@ def to_disk(S):
     return X[..., :2] / X[..., 2:3]
 
 
-def init_grid(n_u, n_c, limits=(-0.5, 0.5, -0.5, 0.5)):
+def init_grid(n_u: int, n_c: int, limits: ArrayLike = (-0.5, 0.5, -0.5, 0.5)) -> NDArray[np.float64]:
     r"""Trace-one initial covariances on a grid inside the disk.
 
     :math:`u` runs over ``linspace(limits[0], limits[1], n_u)`` and :math:`w` over
@@ -117,7 +118,7 @@ def init_grid(n_u, n_c, limits=(-0.5, 0.5, -0.5, 0.5)):
     return from_3d(X)
 
 
-def rank_one_direction(q):
+def rank_one_direction(q: ArrayLike) -> NDArray[np.float64]:
     r"""Unit cone-coordinate direction of the projector onto :math:`q^\perp` (2-D).
 
     The official ``compute_dir_mat`` projects a random vector onto :math:`q^\perp`; the projector

@@ -107,7 +107,7 @@ def _grid(T, n_grid):
     return np.linspace(0.0, T, int(n_grid)) if T > 0 else np.zeros(1)
 
 
-def support_radius(att, T, R0, n_grid=201):
+def support_radius(att: Attention, T: float, R0: float, n_grid: int = 201) -> float:
     r"""Radius :math:`R(T)` of a ball that contains every support up to time ``T`` (H1).
 
     .. math:: R(T) = R_0\,e^{T\sup_{t\le T} c(t)}, \qquad c = \|V\|
@@ -153,7 +153,7 @@ def _log_lipschitz(att, R, t):
     return tuple(float(v) for v in att.log_lipschitz(R, t))
 
 
-def lipschitz_constants(att, R, t=0.0):
+def lipschitz_constants(att: Attention, R: float, t: float = 0.0) -> tuple[float, float]:
     r"""The Lipschitz constants :math:`(L_x(R), L_\mu(R))` of (H2), (H3) at time ``t``.
 
     Parameters
@@ -220,7 +220,7 @@ class StabilityBound:
         return float(np.exp(self.log_C))
 
 
-def stability_bound(att, T, R0, n_grid=201):
+def stability_bound(att: Attention, T: float, R0: float, n_grid: int = 201) -> StabilityBound:
     r"""Support radius, Lipschitz constants and :math:`\log C(T, R_0)` for ``att``.
 
     .. math::
@@ -257,7 +257,7 @@ def stability_bound(att, T, R0, n_grid=201):
                           log_L=log_L, log_C=log_C)
 
 
-def stability_constant(att, T, R0, n_grid=201):
+def stability_constant(att: Attention, T: float, R0: float, n_grid: int = 201) -> float:
     r"""The explicit constant :math:`C(T, R_0)` of :math:`W_p(\mu_t, \nu_t) \le C\,W_p(\mu_0, \nu_0)`.
 
     Shorthand for ``stability_bound(att, T, R0, n_grid).C``; raises ``OverflowError`` when

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .. import gaussian_odes
+from .. import gaussian as gaussian_odes  # the closures' right-hand sides
 from .._checks import as_flag
 from ._base import Attention, GaussianClosure, matrix_param, square_param
 from ._kernels import kernel_sums, normalised, support, times_transpose, weighted_values

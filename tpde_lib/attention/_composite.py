@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .. import gaussian_odes
+from .. import gaussian as gaussian_odes  # the closures' right-hand sides
 from .._checks import as_flag
 from ._base import Attention, GaussianClosure, matrix_param, square_param
 from ._bilinear import Softmax

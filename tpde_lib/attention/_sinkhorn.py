@@ -40,7 +40,7 @@ import warnings
 
 import numpy as np
 
-from .. import gaussian_odes
+from .. import gaussian as gaussian_odes  # the closures' right-hand sides
 from .._checks import as_flag, as_positive
 from ._base import GaussianClosure, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility

@@ -17,32 +17,13 @@ solutions"). This module holds what the chapter "Clustering versus blow-up" comp
 Notation: :math:`A` is the score matrix (score :math:`\langle Ax, y\rangle`,
 :math:`A = K^\top Q/\sqrt k`), :math:`V` the value matrix.
 
-The 2×2 cone geometry moved to :mod:`tpde_lib.psd_cone`, the reproduction of the authors' code
-(experiments E1–E6, the histogram protocol) to :mod:`tpde_lib.official`; their names stay
-importable from here for one release.
+The 2×2 cone geometry lives in :mod:`tpde_lib.psd_cone`, the reproduction of the authors' code
+(experiments E1–E6, the histogram protocol) in :mod:`tpde_lib.official`.
 
 Modules: ``_analysis`` (ranks, limits, Lyapunov functions, outcomes, the phase picture),
 ``_general_v`` (ensembles, surveys, counterexamples, the lower bound, the change of variables).
 """
 
-# moved names, importable from here for one release
-from ..official import (  # noqa: F401
-    VARIANTS,
-    EulerSettings,
-    HistogramSetting,
-    PaperExperiment,
-    histogram_accurate,
-    histogram_euler_budget,
-    histogram_inits,
-    histogram_setting,
-    paper_attention,
-    paper_experiment,
-    paper_histogram_ranks,
-    paper_parameters,
-    paper_rhs,
-    run_paper_euler,
-)
-from ..psd_cone import from_3d, init_grid, rank_one_direction, to_3d, to_disk  # noqa: F401
 from ._analysis import (
     BLOWS_UP,
     CONVERGES,

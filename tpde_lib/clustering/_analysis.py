@@ -5,16 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_float_array, as_positive
 from ..attention import Softmax
 from ..gaussian import simulate_gaussian_batch
 
+__all__ = ["numerical_rank", "predicted_limit_rank", "lyapunov", "lyapunov_matrix", "CONVERGES",
+           "BLOWS_UP", "GROWS", "OUTCOME_NAMES", "classify_outcome", "PhaseDiagram",
+           "phase_diagram"]
+
 # --------------------------------------------------------------------------------------------
 # Ranks, limits, Lyapunov functions
 # --------------------------------------------------------------------------------------------
 
-def numerical_rank(cov, tol=1e-1, relative=False):
+def numerical_rank(cov: ArrayLike, tol: float = 1e-1,
+                   relative: bool = False) -> NDArray[np.int_]:
     r"""Number of eigenvalues above ``tol`` (batched).
 
     The histograms of the paper count eigenvalues :math:`> 0.1` (``tol_rank=1e-1``);
@@ -41,7 +47,7 @@ def numerical_rank(cov, tol=1e-1, relative=False):
     return np.sum(lam > thr, axis=-1)
 
 
-def predicted_limit_rank(A, tol=1e-10):
+def predicted_limit_rank(A: ArrayLike, tol: float = 1e-10) -> NDArray[np.int_]:
     r"""Rank of the limit covariance predicted for :math:`V = I` and :math:`A + A^\top \preceq 0`.
 
     **Derived** (chapter "Clustering versus blow-up", {eq}`eq-clustering-identity`): with :math:`V = I`,
@@ -77,7 +83,7 @@ def predicted_limit_rank(A, tol=1e-10):
     return A.shape[-1] - np.sum(np.abs(lam) > tol * scale, axis=-1)
 
 
-def lyapunov(cov, V):
+def lyapunov(cov: ArrayLike, V: ArrayLike) -> NDArray[np.float64]:
     r""":math:`\mathcal L = \operatorname{tr}(V^{-1}\Sigma)` batched.
 
     The Lyapunov function of {eq}`eq-clustering-lyapunov` (chapter "Clustering versus blow-up").
@@ -104,7 +110,7 @@ def lyapunov(cov, V):
     return np.trace(np.linalg.solve(V, cov), axis1=-2, axis2=-1)
 
 
-def lyapunov_matrix(V):
+def lyapunov_matrix(V: ArrayLike) -> NDArray[np.float64]:
     r"""An SPD matrix :math:`M` with :math:`\operatorname{tr}(M^{-1}\Sigma)` non-increasing.
 
     **Derived** ({eq}`eq-clustering-lyapunov-general`): if :math:`V = RDR^{-1}` is diagonalisable
@@ -146,7 +152,9 @@ CONVERGES, BLOWS_UP, GROWS = 0, 1, 2
 OUTCOME_NAMES = {CONVERGES: "converges", BLOWS_UP: "blows up", GROWS: "grows"}
 
 
-def classify_outcome(cov, blowup_time, valid=None, growth_factor=10.0, rank_tol=1e-2, status=None):
+def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | None = None,
+                     growth_factor: float = 10.0, rank_tol: float = 1e-2,
+                     status: ArrayLike | None = None) -> NDArray[np.int_]:
     r"""Classify accurate covariance trajectories: converge to rank r, blow up at t*, or grow.
 
     * **blows up**: the integrator reported a finite blow-up time (with ``status`` given: only
@@ -238,8 +246,10 @@ def _rotation(theta):
     return np.array([[c, -s], [s, c]])
 
 
-def phase_diagram(a1, a2, V, cov0, theta=0.0, skew=0.0, horizon=50.0, n_times=201,
-                  growth_factor=10.0, rank_tol=1e-2, **solver_options):
+def phase_diagram(a1: ArrayLike, a2: ArrayLike, V: ArrayLike, cov0: ArrayLike, theta: float = 0.0,
+                  skew: float = 0.0, horizon: float = 50.0, n_times: int = 201,
+                  growth_factor: float = 10.0, rank_tol: float = 1e-2,
+                  **solver_options) -> PhaseDiagram:
     r"""Outcome of 2-D softmax dynamics over the family :math:`A = R_\theta\,\mathrm{diag}(a_1,
     a_2)\,R_\theta^\top + s J`.
 

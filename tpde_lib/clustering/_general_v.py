@@ -5,11 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_float_array, as_positive
 from ..attention import Softmax
 from ..gaussian import simulate_gaussian, simulate_gaussian_batch
 from ..measures import Gaussian
+
+__all__ = ["random_value_matrices", "pairs_with_sign_condition", "BlowupSurvey", "blowup_survey",
+           "ensemble_survey", "Counterexamples", "sign_condition_counterexamples",
+           "r5_counterexample", "blowup_time_lower_bound", "congruence"]
 
 # --------------------------------------------------------------------------------------------
 # General V: ensembles, counterexamples, invariances
@@ -20,7 +25,8 @@ def _spectral(M):
     return np.linalg.norm(M, 2, axis=(-2, -1))
 
 
-def random_value_matrices(rng, n, d, kind):
+def random_value_matrices(rng: np.random.Generator, n: int, d: int,
+                          kind: str) -> NDArray[np.float64]:
     r"""``n`` random value matrices of one ensemble, spectral norm 1.
 
     * ``"identity"``: :math:`V = I`;
@@ -50,7 +56,7 @@ def random_value_matrices(rng, n, d, kind):
     return V / _spectral(V)[:, None, None]
 
 
-def pairs_with_sign_condition(rng, V):
+def pairs_with_sign_condition(rng: np.random.Generator, V: ArrayLike) -> NDArray[np.float64]:
     r"""Score matrices with :math:`VA + A^\top V^\top \prec 0` and :math:`\|A\|_2 = 1`.
 
     :math:`A = cV^{-1}(N/2 + W)` with :math:`N = -GG^\top/d` and :math:`W = (S - S^\top)/2` skew
@@ -110,8 +116,9 @@ class BlowupSurvey:
         return self.status == "blowup"
 
 
-def blowup_survey(A, V, cov0, horizon=200.0, rtol=1e-8, atol=1e-10, max_growth=1e8,
-                  switch_growth=1e3, stiff_method="LSODA"):
+def blowup_survey(A: ArrayLike, V: ArrayLike, cov0: ArrayLike, horizon: float = 200.0,
+                  rtol: float = 1e-8, atol: float = 1e-10, max_growth: float = 1e8,
+                  switch_growth: float = 1e3, stiff_method: str = "LSODA") -> BlowupSurvey:
     r"""Integrate :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top` for a batch.
 
     One call of :func:`tpde_lib.gaussian.simulate_gaussian_batch` (vectorised Dormand–Prince,
@@ -167,7 +174,8 @@ def blowup_survey(A, V, cov0, horizon=200.0, rtol=1e-8, atol=1e-10, max_growth=1
                         _sym_max(A), horizon)
 
 
-def ensemble_survey(V_kind, start="identity", n=200, d=2, seed=0, horizon=50.0):
+def ensemble_survey(V_kind: str, start: str = "identity", n: int = 200, d: int = 2, seed: int = 0,
+                    horizon: float = 50.0) -> BlowupSurvey:
     r"""Fates of ``n`` random pairs :math:`(A, V)` of one ensemble, from one kind of start.
 
     With ``np.random.default_rng(seed)``: :math:`V` from :func:`random_value_matrices`
@@ -232,8 +240,9 @@ class Counterexamples:
         return self.survey.A[i], self.survey.V[i], float(self.survey.blowup_time[i])
 
 
-def sign_condition_counterexamples(V_kind="spd", d=2, margin=0.05, seed=0, n_candidates=200,
-                                   horizon=200.0):
+def sign_condition_counterexamples(V_kind: str = "spd", d: int = 2, margin: float = 0.05,
+                                   seed: int = 0, n_candidates: int = 200,
+                                   horizon: float = 200.0) -> Counterexamples:
     r"""Seeded search for blow-ups under :math:`VA + A^\top V^\top \preceq -\mathrm{margin}\,I`.
 
     With ``np.random.default_rng(seed)``, draws value matrices of :func:`random_value_matrices`
@@ -264,12 +273,13 @@ def sign_condition_counterexamples(V_kind="spd", d=2, margin=0.05, seed=0, n_can
     return Counterexamples(blowup_survey(A, V, np.eye(d), horizon), float(margin), V_kind, seed)
 
 
-def r5_counterexample(d=2, seed=0, n_candidates=100, horizon=10.0):
+def r5_counterexample(d: int = 2, seed: int = 0, n_candidates: int = 100,
+                      horizon: float = 10.0) -> NDArray[np.float64]:
     """Deprecated name (one release): :func:`sign_condition_counterexamples` with general V."""
     return sign_condition_counterexamples("general", d, 1e-12, seed, n_candidates, horizon)
 
 
-def blowup_time_lower_bound(A, V, cov0):
+def blowup_time_lower_bound(A: ArrayLike, V: ArrayLike, cov0: ArrayLike) -> NDArray[np.float64]:
     r"""The universal lower bound :math:`t^* \ge 1/(2\|V\|_2\|A\|_2\lambda_{\max}(\Sigma_0))`.
 
     **Derived** ({eq}`eq-clustering-lower-bound`): :math:`s = \lambda_{\max}(\Sigma)` satisfies
@@ -289,7 +299,7 @@ def blowup_time_lower_bound(A, V, cov0):
     return 1.0 / (2.0 * _spectral(V) * _spectral(A) * top)
 
 
-def congruence(A, V, P):
+def congruence(A: ArrayLike, V: ArrayLike, P: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""The pair :math:`(P^{-\top}AP^{-1},\ PVP^{-1})` whose covariance is :math:`P\Sigma_tP^\top`.
 
     **Derived** ({eq}`eq-clustering-congruence`): if :math:`\Sigma_t` solves the softmax

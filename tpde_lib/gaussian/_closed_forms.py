@@ -8,6 +8,7 @@ is a matrix Riccati equation solved in closed form by whitening with :math:`\Sig
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_covariance, as_finite, as_float_array, as_positive, as_square
 from .._linalg import psd_sqrt
@@ -40,7 +41,7 @@ def _check_cov_A(cov0, A):
     return cov0, A
 
 
-def softmax_blowup_time(cov0, A, v=1.0):
+def softmax_blowup_time(cov0: ArrayLike, A: ArrayLike, v: float = 1.0) -> float:
     r"""Blow-up time of softmax attention with :math:`V = vI` (appendix "Derivations", :eq:`eq-blowup-time`).
 
     .. math::
@@ -73,7 +74,8 @@ def softmax_blowup_time(cov0, A, v=1.0):
     return float(out) if out.ndim == 0 else out
 
 
-def softmax_identity_V_closed_form(cov0, A, times, v=1.0):
+def softmax_identity_V_closed_form(cov0: ArrayLike, A: ArrayLike, times: ArrayLike,
+                                   v: float = 1.0) -> NDArray[np.float64]:
     r"""Exact covariance of softmax attention with :math:`V = vI`.
 
     Derived in the appendix "Derivations", :eq:`eq-identity-v`.
@@ -118,7 +120,7 @@ def softmax_identity_V_closed_form(cov0, A, times, v=1.0):
     return 0.5 * (out + np.swapaxes(out, -1, -2))
 
 
-def softmax_limit_cov(cov0, A, rank_tol=1e-10):
+def softmax_limit_cov(cov0: ArrayLike, A: ArrayLike, rank_tol: float = 1e-10) -> NDArray[np.float64]:
     r"""Limit :math:`\Sigma_\infty` of softmax attention with :math:`V = I` and :math:`A+A^\top \preceq 0`.
 
     (appendix "Derivations", :eq:`eq-limit-cov`.) With :math:`-(A+A^\top) = UU^\top`,
@@ -161,7 +163,8 @@ def softmax_limit_cov(cov0, A, rank_tol=1e-10):
     return 0.5 * (out + np.swapaxes(out, -1, -2))
 
 
-def scalar_closed_form(sigma0, a, v, times):
+def scalar_closed_form(sigma0: ArrayLike, a: float, v: float,
+                       times: ArrayLike) -> NDArray[np.float64]:
     r"""One-dimensional softmax variance :math:`\sigma_t = \sigma_0/(1 - 2va\sigma_0 t)`.
 
     Derived in the appendix "Derivations", :eq:`eq-scalar`.

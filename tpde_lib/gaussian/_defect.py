@@ -10,13 +10,18 @@ Gaussians.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
 
 from .._checks import as_float_array
 from .._linalg import psd_sqrt
-from ..attention import Attention
 from ..measures import Empirical, Gaussian
+from ._closure import check_attention
+
+if TYPE_CHECKING:
+    from ..attention import Attention
 
 __all__ = ["affine_defect", "gauss_hermite"]
 
@@ -25,7 +30,7 @@ _NODES = {1: 80, 2: 50, 3: 20, 4: 9}
 _MAX_POINTS = 10_000
 
 
-def gauss_hermite(g, nodes_per_dim=None):
+def gauss_hermite(g: Gaussian, nodes_per_dim: int | None = None) -> Empirical:
     r"""Gauss–Hermite product quadrature of a Gaussian: a weighted point cloud.
 
     The nodes are :math:`\alpha + \Sigma^{1/2} z_k` for the tensor grid of the
@@ -71,7 +76,8 @@ def gauss_hermite(g, nodes_per_dim=None):
     return Empirical(points, W[keep] / W[keep].sum())
 
 
-def affine_defect(att, g, t=0.0, nodes_per_dim=None):
+def affine_defect(att: Attention, g: Gaussian, t: float = 0.0,
+                  nodes_per_dim: int | None = None) -> float:
     r"""Relative distance of the field of a Gaussian from its best affine fit.
 
     .. math::
@@ -99,9 +105,21 @@ def affine_defect(att, g, t=0.0, nodes_per_dim=None):
         :math:`\delta \in [0, 1]`: round-off small for variants whose field is affine on
         Gaussians (softmax, ℓ², linear, Sinkhorn up to its ``tol``), clearly non-zero for
         sigmoid or ReLU attention.
+
+    Examples
+    --------
+    Softmax attention keeps Gaussians Gaussian (its field is affine on them); sigmoid does not:
+
+    >>> import numpy as np
+    >>> import tpde_lib as tp
+    >>> g = tp.Gaussian([0.2, -0.1], [[1.0, 0.3], [0.3, 0.5]])
+    >>> A, V = np.array([[0.5, 0.2], [-0.1, 0.4]]), np.eye(2)
+    >>> bool(tp.affine_defect(tp.Softmax(A, V), g) < 1e-10)
+    True
+    >>> bool(tp.affine_defect(tp.Sigmoid(3 * A, V), g) > 1e-3)
+    True
     """
-    if not isinstance(att, Attention):
-        raise TypeError(f"att must be a tpde_lib Attention, got {type(att).__name__}")
+    check_attention(att)
     if att.causal:
         raise ValueError("affine_defect needs a non-causal attention (a Gaussian has no "
                          "positions)")

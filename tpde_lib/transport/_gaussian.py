@@ -9,6 +9,7 @@ For a symmetric positive definite mobility :math:`P`, the twisted distance
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_covariance as _as_covariance
 from .._checks import as_float_array as _as_float_array
@@ -44,7 +45,7 @@ def _mobility_roots(P, d):
     return _sym_fn(P, np.sqrt), _sym_fn(P, lambda x: 1.0 / np.sqrt(x))
 
 
-def bures_wasserstein_map(cov0, cov1):
+def bures_wasserstein_map(cov0: ArrayLike, cov1: ArrayLike) -> NDArray[np.float64]:
     r"""Matrix :math:`T` of the optimal (Brenier) map :math:`x\mapsto Tx` between centred Gaussians.
 
     .. math:: T = \Sigma_0^{-1/2}\big(\Sigma_0^{1/2}\Sigma_1\Sigma_0^{1/2}\big)^{1/2}\Sigma_0^{-1/2}
@@ -77,7 +78,8 @@ def bures_wasserstein_map(cov0, cov1):
     return 0.5 * (T + T.T)
 
 
-def bures_wasserstein_geodesic(g0, g1, s):
+def bures_wasserstein_geodesic(g0: Gaussian, g1: Gaussian,
+                               s: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Points of the :math:`W_2` geodesic between two Gaussians (McCann interpolation).
 
     .. math::
@@ -107,7 +109,7 @@ def bures_wasserstein_geodesic(g0, g1, s):
     return means, 0.5 * (covs + np.swapaxes(covs, 1, 2))
 
 
-def twisted_wasserstein(mu, nu, P, **kwargs):
+def twisted_wasserstein(mu: Empirical, nu: Empirical, P: ArrayLike, **kwargs) -> float:
     r"""Twisted distance :math:`d_P(\mu,\nu) = W_2\big((P^{-1/2})_\#\mu, (P^{-1/2})_\#\nu\big)`.
 
     The distance of the kinetic energy :math:`\int\langle v, P^{-1}v\rangle\,\mathrm d\mu` of a
@@ -134,7 +136,7 @@ def twisted_wasserstein(mu, nu, P, **kwargs):
                        p=2, **kwargs)
 
 
-def twisted_bures_wasserstein(g1, g2, P):
+def twisted_bures_wasserstein(g1: Gaussian, g2: Gaussian, P: ArrayLike) -> float:
     r"""Twisted Bures–Wasserstein distance: :math:`W_2` of the images under :math:`x\mapsto P^{-1/2}x`.
 
     :math:`\mathcal N(\alpha,\Sigma)\mapsto\mathcal N(P^{-1/2}\alpha, P^{-1/2}\Sigma P^{-1/2})`.
@@ -154,7 +156,8 @@ def twisted_bures_wasserstein(g1, g2, P):
                              Gaussian(T @ g2.mean, T @ g2.cov @ T))
 
 
-def twisted_bures_wasserstein_geodesic(g0, g1, P, s):
+def twisted_bures_wasserstein_geodesic(g0: Gaussian, g1: Gaussian, P: ArrayLike,
+                                       s: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Points of the geodesic of the twisted distance :math:`d_P` between two Gaussians.
 
     :math:`x\mapsto P^{-1/2}x` is an isometry from :math:`d_P` to :math:`W_2`, so the

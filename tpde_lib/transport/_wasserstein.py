@@ -12,8 +12,7 @@ bound.
 from __future__ import annotations
 
 import numpy as np
-import ot
-from scipy.spatial.distance import cdist
+from numpy.typing import NDArray
 
 from .._checks import as_at_least, as_choice, as_count, as_instance, as_seed, unit_scale
 from .._linalg import psd_sqrt
@@ -65,7 +64,15 @@ def _distances(x, y):
     underflows (1e-300) needlessly.
     """
     scale = unit_scale(x, y)
-    return cdist(x / scale, y / scale), scale
+    return _cdist(x / scale, y / scale), scale
+
+
+def _cdist(x, y):
+    """Euclidean distance matrix (scipy's ``cdist``, imported on first use: ``import tpde_lib``
+    stays light)."""
+    from scipy.spatial.distance import cdist
+
+    return cdist(x, y)
 
 
 def _exact_plan(a, b, M):
@@ -73,6 +80,8 @@ def _exact_plan(a, b, M):
 
     Entries below ``_PLAN_FLOOR`` are round-off of the simplex's flow updates and set to 0.
     """
+    import ot  # POT, imported on first use: import tpde_lib stays light
+
     plan, log = ot.emd(a, b, M, numItermax=_EMD_MAX_ITER, log=True)
     if log.get("warning"):
         raise RuntimeError(f"exact optimal transport did not converge: {log['warning']}")
@@ -170,7 +179,8 @@ def _sliced(x, y, a, b, p, theta):
     return float(scale * np.exp((peak + np.log(np.sum(np.exp(logs - peak)) / L)) / p))
 
 
-def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
+def wasserstein(mu: Empirical, nu: Empirical, p: float = 2, method: str = "exact",
+                n_projections: int = 200, seed: int = 0) -> float:
     r"""Wasserstein distance :math:`W_p(\mu, \nu)` between two empirical measures (not raised to p).
 
     .. math::
@@ -229,6 +239,19 @@ def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
     Notes
     -----
     Used in the chapters "Mean-field limit" and "Well-posedness and stability".
+
+    Examples
+    --------
+    Two equal-weight clouds that differ by a shift :math:`v` are :math:`|v|` apart:
+
+    >>> import numpy as np
+    >>> import tpde_lib as tp
+    >>> x = np.random.default_rng(0).standard_normal((50, 2))
+    >>> mu, nu = tp.Empirical(x), tp.Empirical(x + [3.0, 4.0])
+    >>> round(tp.wasserstein(mu, nu), 12)
+    5.0
+    >>> round(tp.wasserstein(mu, nu, p=1), 12)
+    5.0
     """
     _check_pair(mu, nu)
     p = _check_p(p)
@@ -244,7 +267,7 @@ def wasserstein(mu, nu, p=2, method="exact", n_projections=200, seed=0):
     return _sliced(x, y, a, b, p, theta)
 
 
-def bures_wasserstein(g1, g2):
+def bures_wasserstein(g1: Gaussian, g2: Gaussian) -> float:
     r"""Wasserstein-2 distance between two Gaussian measures (not squared).
 
     .. math::
@@ -275,6 +298,17 @@ def bures_wasserstein(g1, g2):
     Notes
     -----
     Used in the chapter "Gaussian solutions"; Peyré and Cuturi (2019), Remark 2.31.
+
+    Examples
+    --------
+    For commuting covariances :math:`W_2^2 = |\alpha_1-\alpha_2|^2 + \sum_i(\sqrt{\lambda_i}-\sqrt{\mu_i})^2`:
+
+    >>> import numpy as np
+    >>> import tpde_lib as tp
+    >>> g1 = tp.Gaussian([0.0, 0.0], np.diag([1.0, 4.0]))
+    >>> g2 = tp.Gaussian([3.0, 0.0], np.diag([4.0, 4.0]))
+    >>> round(tp.bures_wasserstein(g1, g2) ** 2, 12)     # 3^2 + (1 - 2)^2
+    10.0
     """
     for name, g in (("g1", g1), ("g2", g2)):
         as_instance(name, g, Gaussian, "a Gaussian")
@@ -340,11 +374,11 @@ def _fibre_wp(mu, nu, p):
         sel_mu, sel_nu = idx_mu == k, idx_nu == k
         a = mu.weights[sel_mu] / m_mu[k]
         b = nu.weights[sel_nu] / m_nu[k]
-        fibre_w[k] = _wp_cost(a, b, cdist(mu.points[sel_mu] / scale, nu.points[sel_nu] / scale), p)
+        fibre_w[k] = _wp_cost(a, b, _cdist(mu.points[sel_mu] / scale, nu.points[sel_nu] / scale), p)
     return s_mu, m_mu, fibre_w, scale, p
 
 
-def conditional_wasserstein(mu, nu, p=2):
+def conditional_wasserstein(mu: Empirical, nu: Empirical, p: float = 2) -> float:
     r"""Conditional Wasserstein distance of masked attention, not raised to p.
 
     For :math:`\mu, \nu` on :math:`\mathbb R^d \times [0, 1]` with the same position marginal
@@ -381,6 +415,19 @@ def conditional_wasserstein(mu, nu, p=2):
     Notes
     -----
     Used in the chapter "Masked attention".
+
+    Examples
+    --------
+    Tokens compared only with the tokens at their own position: moving the token at
+    :math:`s = 1` by 2 costs :math:`(\tfrac12 \cdot 2^2)^{1/2}`, whatever the others do:
+
+    >>> import numpy as np
+    >>> import tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> mu = tp.Empirical(x, positions=[0.0, 1.0])
+    >>> nu = tp.Empirical(x + [[0.0, 0.0], [0.0, 2.0]], positions=[0.0, 1.0])
+    >>> bool(abs(tp.conditional_wasserstein(mu, nu) - np.sqrt(2.0)) < 1e-12)
+    True
     """
     _, m_mu, fibre_w, scale, p = _fibre_wp(mu, nu, p)
     # the total sum_s m_s W_s^p is formed in units of the largest fibre distance
@@ -392,7 +439,8 @@ def conditional_wasserstein(mu, nu, p=2):
     return float(scale * top * total ** (1.0 / p))
 
 
-def fibre_distances(mu, nu, p=2):
+def fibre_distances(mu: Empirical, nu: Empirical,
+                    p: float = 2) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     r"""The Wasserstein distance :math:`W_p(\mu_s, \nu_s)` of every fibre of two measures with the
     same position marginal.
 
@@ -422,7 +470,7 @@ def fibre_distances(mu, nu, p=2):
     return values, masses, scale * dist
 
 
-def sup_fibre_distance(mu, nu, p=2):
+def sup_fibre_distance(mu: Empirical, nu: Empirical, p: float = 2) -> float:
     r"""The supremum over fibres, :math:`\sup_{s:\, m(\{s\}) > 0} W_p(\mu_s, \nu_s)` (float).
 
     The :math:`L^\infty(m)` counterpart of :math:`W_p^{\rm cond}`, the :math:`L^p(m)` average of

@@ -11,7 +11,7 @@ import ot
 import pytest
 import scipy.linalg
 
-from tpde_lib.gaussian_odes import (
+from tpde_lib.gaussian import (
     l2_rhs,
     linear_rhs,
     multihead_rhs,

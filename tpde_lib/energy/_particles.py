@@ -1,80 +1,25 @@
-r"""Energies, gradient-flow structure and the metrics of the Transformer PDE (chapter "Gradient flows").
+r"""Energies of token measures and the gradient-flow structure of the particle dynamics.
 
-Which attention dynamics are gradient flows, of which energy, for which metric (the paper's
-gradient-flow part, arXiv:2501.18322; each statement below is derived and checked in the chapter
-"Gradient flows", which says which are the paper's claims and which are ours):
-
-- **Sinkhorn attention** with :math:`V = A = A^\top` is the :math:`W_2` gradient flow of the
-  entropic self-transport energy :math:`F(\mu) = \frac12\mathrm{OT}_\varepsilon(\mu,\mu)`
-  (:func:`sinkhorn_energy`); on Gaussians it is the Bures–Wasserstein gradient flow of the
-  closed form :func:`sinkhorn_energy_gaussian` (Sander et al. 2022 for the first statement).
-- **Unnormalised attention** with :math:`A = A^\top` is :math:`\Gamma = -P\nabla\frac{\delta E}{\delta\mu}`
-  with the constant *mobility* :math:`P = -VA^{-1}` (:func:`mobility`) and the interaction energy
-  :math:`E(\mu) = \frac12\iint e^{\langle Ax,y\rangle}\mathrm d\mu\,\mathrm d\mu`
-  (:func:`interaction_energy`): for :math:`P` symmetric positive definite, the gradient flow of
-  :math:`E` for the twisted distance :func:`tpde_lib.transport.twisted_wasserstein`.
-- **Softmax attention** is the unnormalised field divided by :math:`Z_\mu(x)` (:func:`partition_function`):
-  the gradient flow of :math:`E` for the metric of kinetic energy
-  :math:`\int Z_\mu\langle v, P^{-1}v\rangle\,\mathrm d\mu` (:func:`dissipation`,
-  :func:`gaussian_metric`); it is not a :math:`W_2` gradient flow for general :math:`\mu`.
-
-The closed forms on Gaussians live in :mod:`tpde_lib.energy_gaussian`, the finite-difference
-witnesses (Jacobian symmetry, gradients, second differences along geodesics) in
-:mod:`tpde_lib.gradient_witnesses`; both are re-exported here.
-
-Conventions: score :math:`\langle Ax,y\rangle = y^\top Ax`, :math:`\Sigma` a covariance,
-:math:`\alpha` a mean, :math:`\varepsilon > 0` the entropic temperature.
+On empirical measures: the entropic self-transport energy :func:`sinkhorn_energy`, the
+partition function :math:`Z_\mu` (:func:`partition_function`), the interaction energy
+:func:`interaction_energy`, the constant mobility :math:`P` of a variant (:func:`mobility`) and
+the dissipation :math:`\int\rho\langle\Gamma, P^{-1}\Gamma\rangle\,\mathrm d\mu`
+(:func:`dissipation`). Conventions: score :math:`\langle Ax,y\rangle = y^\top Ax`,
+:math:`\varepsilon > 0` the entropic temperature.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-import ot
+from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from ._checks import as_count, as_flag, as_float_array, as_positive, as_square
-from .attention import Attention, Sinkhorn, Softmax, Unnormalised
-from .energy_gaussian import (
-    bures_wasserstein_gradient_flow_rhs,
-    gaussian_metric,
-    interaction_energy_gaussian,
-    sinkhorn_energy_gaussian,
-    sinkhorn_energy_gradient_gaussian,
-    sinkhorn_gain_gaussian,
-)
-from .gradient_witnesses import (
-    ConvexitySearch,
-    configuration_gradient,
-    energy_along_geodesic,
-    frobenius_gradient,
-    search_geodesic_convexity,
-    second_differences,
-    symmetry_defect,
-    velocity_jacobian,
-)
-from .measures import Empirical
+from .._checks import as_count, as_flag, as_float_array, as_positive, as_square
+from ..attention import Attention
+from ..measures import Empirical, as_empirical
 
-# moved to tpde_lib.transport; kept importable from here for one release
-from .transport import (
-    bures_wasserstein_geodesic,
-    bures_wasserstein_map,
-    twisted_bures_wasserstein,
-    twisted_wasserstein,
-)
-
-__all__ = [
-    "sinkhorn_energy", "sinkhorn_energy_gaussian", "sinkhorn_energy_gradient_gaussian",
-    "bures_wasserstein_gradient_flow_rhs", "interaction_energy", "interaction_energy_gaussian",
-    "partition_function", "mobility", "dissipation", "gaussian_metric",
-    # re-exported from gradient_witnesses
-    "velocity_jacobian", "symmetry_defect", "configuration_gradient", "frobenius_gradient",
-    "energy_along_geodesic", "second_differences", "search_geodesic_convexity", "ConvexitySearch",
-    # deprecated, or moved to tpde_lib.transport (kept for one release)
-    "sinkhorn_gain_gaussian", "bures_wasserstein_map", "bures_wasserstein_geodesic",
-    "twisted_wasserstein", "twisted_bures_wasserstein",
-]
+__all__ = ["sinkhorn_energy", "partition_function", "interaction_energy", "mobility",
+           "dissipation"]
 
 #: rows per block in the O(n^2) interaction sums (memory O(block * n))
 _BLOCK_ROWS = 1024
@@ -84,12 +29,6 @@ _BLOCK_ROWS = 1024
 # small helpers
 # --------------------------------------------------------------------------------------------
 
-def _check_measure(mu, name="mu"):
-    if not isinstance(mu, Empirical):
-        raise TypeError(f"{name} must be an Empirical measure, got {type(mu).__name__}")
-    return mu
-
-
 def _logits(points, A):
     """L_ij = <A x_i, x_j> = x_j^T A x_i for a block of rows, shape (n, n)."""
     return (points @ A.T) @ points.T
@@ -97,7 +36,8 @@ def _logits(points, A):
 # entropic self-transport (Sinkhorn) energy
 # --------------------------------------------------------------------------------------------
 
-def sinkhorn_energy(mu, A, eps=1.0, tol=1e-12, max_iter=100_000):
+def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 1e-12,
+                    max_iter: int = 100_000) -> float:
     r"""Entropic self-transport energy :math:`F(\mu) = \frac12\mathrm{OT}_\varepsilon(\mu,\mu)`.
 
     .. math::
@@ -138,7 +78,7 @@ def sinkhorn_energy(mu, A, eps=1.0, tol=1e-12, max_iter=100_000):
     RuntimeError
         POT did not reach ``tol`` (the value would be inaccurate).
     """
-    _check_measure(mu)
+    as_empirical("mu", mu)
     A = as_square("A", A, mu.d)
     eps = as_positive("eps", eps)
     tol = as_positive("tol", tol)
@@ -152,6 +92,8 @@ def sinkhorn_energy(mu, A, eps=1.0, tol=1e-12, max_iter=100_000):
     if not finite:
         raise RuntimeError(f"entropic self-transport: the scores <Ax, y> / eps are not finite "
                            f"(eps={eps:g} too small, or the scores overflow)")
+    import ot  # POT, imported on first use (import tpde_lib stays light)
+
     plan, log = ot.sinkhorn(w, w, C - shift, eps, method="sinkhorn_log", stopThr=tol,
                             numItermax=int(max_iter), log=True, warn=False)
     err = float(log.get("err", [np.inf])[-1]) if log.get("err") else np.inf
@@ -181,7 +123,7 @@ def _block_lse(mu, A):
     return out
 
 
-def partition_function(mu, A, log=False):
+def partition_function(mu: Empirical, A: ArrayLike, log: bool = False) -> NDArray[np.float64]:
     r"""Softmax normaliser :math:`Z_\mu(x_i) = \int e^{\langle Ax_i,y\rangle}\mathrm d\mu(y)` at every token.
 
     Parameters
@@ -196,7 +138,7 @@ def partition_function(mu, A, log=False):
     -------
     ndarray, shape (n,)
     """
-    _check_measure(mu)
+    as_empirical("mu", mu)
     A = as_square("A", A, mu.d)
     log = as_flag("log", log)
     lz = _block_lse(mu, A)
@@ -207,7 +149,7 @@ def partition_function(mu, A, log=False):
     return np.exp(lz)
 
 
-def interaction_energy(mu, A, log=False):
+def interaction_energy(mu: Empirical, A: ArrayLike, log: bool = False) -> float:
     r"""Interaction energy :math:`E(\mu) = \frac12\iint e^{\langle Ax,y\rangle}d\mu\,d\mu` (unnormalised).
 
     For :math:`\mu = \sum_i w_i\delta_{x_i}`: :math:`E = \frac12\sum_{ij}w_iw_je^{x_j^\top Ax_i}`,
@@ -232,7 +174,7 @@ def interaction_energy(mu, A, log=False):
     FloatingPointError
         :math:`E` exceeds the float range (use ``log=True``).
     """
-    _check_measure(mu)
+    as_empirical("mu", mu)
     A = as_square("A", A, mu.d)
     log = as_flag("log", log)
     keep = mu.weights > 0
@@ -250,10 +192,7 @@ def interaction_energy(mu, A, log=False):
 # mobility, dissipation, the metrics
 # --------------------------------------------------------------------------------------------
 
-_LEGACY_VARIANTS = {"unnormalised": Unnormalised, "softmax": Softmax, "sinkhorn": Sinkhorn}
-
-
-def mobility(att, t=0.0, variant=None):
+def mobility(att: Attention, t: float = 0.0) -> NDArray[np.float64]:
     r"""Mobility :math:`P` of :math:`\Gamma = -P\nabla\frac{\delta\mathcal E}{\delta\mu}`: ``att.mobility(t)``
 
     - unnormalised attention (energy :math:`E`, :func:`interaction_energy`): :math:`P = -VA^{-1}`;
@@ -270,9 +209,6 @@ def mobility(att, t=0.0, variant=None):
         A variant with a mobility (``Softmax``, ``Unnormalised``, ``Sinkhorn``).
     t : float, default 0
         Time at which time-dependent parameters are evaluated.
-    variant : str, optional
-        Deprecated form ``mobility(A, V, variant)`` with ``variant`` in
-        ``{"unnormalised", "softmax", "sinkhorn"}``: emits a ``DeprecationWarning``.
 
     Returns
     -------
@@ -283,26 +219,18 @@ def mobility(att, t=0.0, variant=None):
     ------
     ValueError
         ``A`` not symmetric or singular; ``P`` not symmetric (no gradient structure of this
-        form); unknown ``variant``.
+        form).
     NotImplementedError
         The variant has no mobility.
     """
-    if isinstance(att, Attention):
-        if variant is not None:
-            raise TypeError("variant must not be given with an attention: call mobility(att, t)")
-        return att.mobility(t)
-    if variant is None:
-        raise TypeError(f"att must be an Attention (e.g. tp.Softmax(A, V)), got {type(att).__name__}")
-    warnings.warn("mobility(A, V, variant) is deprecated: use mobility(att, t) or att.mobility(t), "
-                  "e.g. tp.Softmax(A, V).mobility()", DeprecationWarning, stacklevel=2)
-    if variant not in _LEGACY_VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(_LEGACY_VARIANTS)}, got {variant!r}")
-    A = as_square("A", att)
-    V = as_square("V", t, A.shape[0])
-    return _LEGACY_VARIANTS[variant](A, V).mobility()
+    if not isinstance(att, Attention):
+        raise TypeError(f"att must be an Attention (e.g. tp.Softmax(A, V)), got "
+                        f"{type(att).__name__}")
+    return att.mobility(t)
 
 
-def dissipation(mu, velocity, mobility_matrix=None, factor=None):
+def dissipation(mu: Empirical, velocity: ArrayLike, mobility_matrix: ArrayLike | None = None,
+                factor: ArrayLike | None = None) -> float:
     r"""Dissipation :math:`\int \rho\,\langle\Gamma, P^{-1}\Gamma\rangle\,\mathrm d\mu` of a velocity field.
 
     For a gradient flow :math:`\Gamma = -\rho^{-1}P\nabla\frac{\delta\mathcal E}{\delta\mu}`,
@@ -325,7 +253,7 @@ def dissipation(mu, velocity, mobility_matrix=None, factor=None):
     -------
     float
     """
-    _check_measure(mu)
+    as_empirical("mu", mu)
     G = as_float_array("velocity", velocity, shape=(mu.n, mu.d))
     if mobility_matrix is None:
         PiG = G

@@ -5,25 +5,21 @@ On :math:`\mathcal N(\alpha,\Sigma)`: the entropic self-transport energy
 Bures–Wasserstein gradient flow; the interaction energy :math:`E`; and the inner product of two
 affine velocity fields for the constant-mobility and the softmax (:math:`Z_\mu`-weighted)
 metrics. Each formula is derived in the chapter "Gradient flows" and checked in the tests
-against quantised Gaussians, quadrature, Monte Carlo or finite differences. Re-exported by
-:mod:`tpde_lib.energy`.
+against quantised Gaussians, quadrature, Monte Carlo or finite differences.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-from . import gaussian_odes
-from ._checks import as_covariance, as_float_array, as_positive, as_square
-from ._linalg import psd_sqrt, sym_fn
-from .measures import Gaussian
+from .._checks import as_covariance, as_float_array, as_positive, as_square
+from .._linalg import psd_sqrt, sym_fn
+from ..measures import Gaussian
 
 __all__ = [
     "sinkhorn_energy_gaussian", "sinkhorn_energy_gradient_gaussian",
     "bures_wasserstein_gradient_flow_rhs", "interaction_energy_gaussian", "gaussian_metric",
-    "sinkhorn_gain_gaussian",
 ]
 
 
@@ -54,7 +50,8 @@ def _gaussian_args(cov, A, eps):
     return S, A, eps
 
 
-def sinkhorn_energy_gaussian(cov, A, eps=1.0, mean=None):
+def sinkhorn_energy_gaussian(cov: ArrayLike, A: ArrayLike, eps: float = 1.0,
+                             mean: ArrayLike | None = None) -> float:
     r"""Closed form of :math:`F = \frac12\mathrm{OT}_\varepsilon(\mu,\mu)` for Gaussian :math:`\mu`.
 
     Derived in the chapter "Gradient flows" ({eq}`eq-gf-sinkhorn-gaussian-energy`): with
@@ -91,7 +88,8 @@ def sinkhorn_energy_gaussian(cov, A, eps=1.0, mean=None):
     return float(0.5 * eps * np.sum(_h(s)) - 0.5 * alpha @ A @ alpha)
 
 
-def sinkhorn_energy_gradient_gaussian(cov, A, eps=1.0):
+def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
+                                      eps: float = 1.0) -> NDArray[np.float64]:
     r"""Gradient :math:`\nabla_\Sigma F` of the centred :func:`sinkhorn_energy_gaussian`, shape (d, d).
 
     Derived in the chapter "Gradient flows" (envelope theorem on the Schrödinger potentials):
@@ -103,7 +101,7 @@ def sinkhorn_energy_gradient_gaussian(cov, A, eps=1.0):
     symmetric, the gradient for the Frobenius inner product on symmetric matrices
     (:math:`\mathrm dF = \operatorname{tr}(\nabla F\,\mathrm d\Sigma)`). For symmetric :math:`A`
     it is :math:`-\frac12 AG`, with :math:`G\Sigma` of
-    :func:`tpde_lib.gaussian_odes.sinkhorn_gain`.
+    :func:`tpde_lib.gaussian.sinkhorn_gain`.
 
     Parameters
     ----------
@@ -124,7 +122,8 @@ def sinkhorn_energy_gradient_gaussian(cov, A, eps=1.0):
     return 0.5 * (grad + grad.T)
 
 
-def bures_wasserstein_gradient_flow_rhs(cov, A, eps=1.0):
+def bures_wasserstein_gradient_flow_rhs(cov: ArrayLike, A: ArrayLike,
+                                        eps: float = 1.0) -> NDArray[np.float64]:
     r"""Bures–Wasserstein gradient flow of :math:`F`: :math:`\Sigma' = -2(\nabla F\,\Sigma + \Sigma\nabla F)`.
 
     A linear velocity field :math:`x\mapsto Mx` moves :math:`\mathcal N(0,\Sigma)` by
@@ -149,32 +148,8 @@ def bures_wasserstein_gradient_flow_rhs(cov, A, eps=1.0):
     return 0.5 * (out + out.T)
 
 
-def sinkhorn_gain_gaussian(cov, A, eps=1.0):
-    r"""Deprecated: slope :math:`G` of :math:`\mathbb E_\pi[y|x] = \alpha + G(x-\alpha)`.
-
-    Use :func:`tpde_lib.gaussian_odes.sinkhorn_gain` (the one Gaussian Sinkhorn gain, which
-    returns :math:`G\Sigma` for the score matrix :math:`A/\varepsilon`); this wrapper returns
-    :math:`G = (G\Sigma)\,\Sigma^{+}` (pseudo-inverse; for singular :math:`\Sigma` only the
-    action of :math:`G` on the range of :math:`\Sigma` is defined). Kept for one release.
-
-    Parameters
-    ----------
-    cov : array_like, shape (d, d)
-    A : array_like, shape (d, d)
-    eps : float, default 1
-
-    Returns
-    -------
-    ndarray, shape (d, d)
-    """
-    warnings.warn("energy.sinkhorn_gain_gaussian(cov, A, eps) is deprecated: use "
-                  "gaussian_odes.sinkhorn_gain(A / eps, cov), which returns G Sigma",
-                  DeprecationWarning, stacklevel=2)
-    S, A, eps = _gaussian_args(cov, A, eps)
-    return gaussian_odes.sinkhorn_gain(A / eps, S) @ np.linalg.pinv(S, hermitian=True)
-
-
-def interaction_energy_gaussian(cov, A, mean=None):
+def interaction_energy_gaussian(cov: ArrayLike, A: ArrayLike,
+                                mean: ArrayLike | None = None) -> float:
     r"""Closed form of :func:`~tpde_lib.energy.interaction_energy` for a Gaussian :math:`\mu`.
 
     Derived in the chapter "Gradient flows" (Gaussian integral of :math:`e^{y^\top Ax}` over
@@ -223,7 +198,8 @@ def interaction_energy_gaussian(cov, A, mean=None):
 # the metrics on affine velocity fields
 # --------------------------------------------------------------------------------------------
 
-def gaussian_metric(g, u1, u2, P=None, A=None):
+def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[ArrayLike, ArrayLike],
+                    P: ArrayLike | None = None, A: ArrayLike | None = None) -> float:
     r"""Inner product of two affine velocity fields at a Gaussian, for a (weighted) mobility metric.
 
     For :math:`\mu = \mathcal N(\alpha,\Sigma)` and :math:`u_k(x) = b_k + M_k(x-\alpha)`,

@@ -4,32 +4,24 @@ A perturbation of the fibres of a masked (causal) measure reaches the token at p
 :math:`s` through the *prefix average* :math:`H_m` of the fibre distances over :math:`[0, s]`;
 its norm :math:`\kappa_p(m)` on :math:`L^p(m)` decides in which distance the masked stability
 estimate needs an atom of the position marginal at :math:`s = 0` (the chapter "Masked
-attention", equations ``eq-masked-prefix`` to ``eq-masked-series``). The public names are also
-importable from :mod:`tpde_lib.masked`.
+attention", equations ``eq-masked-prefix`` to ``eq-masked-series``).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-from ._checks import as_at_least, as_float_array, as_positive, as_square, as_times
+from .._checks import as_at_least, as_float_array, as_positive, as_sink_mass, as_square, as_times
 
 __all__ = ["prefix_average_matrix", "lp_operator_norm", "hardy_constant",
            "masked_lipschitz_constant", "masked_stability_constant", "linear_sink_response"]
 
 
-def _check_sink_mass(value, allow_zero=False):
-    m = as_at_least("sink_mass", value, 0.0) if allow_zero else as_positive("sink_mass", value)
-    if m >= 1.0:
-        raise ValueError(f"sink_mass must lie in {'[0' if allow_zero else '(0'}, 1) (the mass m({{0}}) "
-                         f"of the sink; 1 would put every token at s = 0, i.e. unmasked attention), "
-                         f"got {value!r}")
-    return m
-
-
 # ---- the prefix average and its norms ------------------------------------------------------
 
-def prefix_average_matrix(weights, positions=None):
+def prefix_average_matrix(weights: ArrayLike,
+                          positions: ArrayLike | None = None) -> NDArray[np.float64]:
     r"""The prefix average :math:`H_m`, the causal attention of zero scores, as a matrix.
 
     .. math::
@@ -65,7 +57,7 @@ def prefix_average_matrix(weights, positions=None):
     return seen * w[None, :] / prefix[:, None]
 
 
-def lp_operator_norm(E, masses, p):
+def lp_operator_norm(E: ArrayLike, masses: ArrayLike, p: float) -> float:
     r"""Operator norm of the matrix ``E`` on :math:`\ell^p(m)`, :math:`\|u\|_p^p = \sum_i m_i|u_i|^p`.
 
     Computed from the matrix: :math:`p = 1`, the largest weighted column sum
@@ -98,7 +90,7 @@ def lp_operator_norm(E, masses, p):
     raise ValueError(f"p must be 1, 2 or inf, got {p!r}")
 
 
-def hardy_constant(masses, p):
+def hardy_constant(masses: ArrayLike, p: float) -> float:
     r"""The bound :math:`\kappa_p(m)` on the norm of the prefix average :math:`H_m` on
     :math:`\ell^p(m)`, for fibre masses listed in increasing position.
 
@@ -141,7 +133,8 @@ def _softmax_constants(A, V, R):
     return L_x, L_mu
 
 
-def masked_lipschitz_constant(A, V, R, sink_mass, p=1):
+def masked_lipschitz_constant(A: ArrayLike, V: ArrayLike, R: float, sink_mass: float,
+                              p: float = 1) -> float:
     r"""Pointwise Lipschitz constant of the masked softmax field in :math:`W_p^{\rm cond}`.
 
     .. math::
@@ -175,14 +168,16 @@ def masked_lipschitz_constant(A, V, R, sink_mass, p=1):
     R = as_positive("R", R)
     L_mu = _softmax_constants(A, V, R)[1]
     if p == np.inf:
-        _check_sink_mass(sink_mass, allow_zero=True)
+        as_sink_mass(sink_mass, allow_zero=True)
         return float(L_mu)
     p = as_at_least("p", p, 1.0)
-    m = _check_sink_mass(sink_mass)
+    m = as_sink_mass(sink_mass)
     return float(L_mu / m ** (1.0 / p))
 
 
-def masked_stability_constant(A, V, R0, times, masses, p, log=False):
+def masked_stability_constant(A: ArrayLike, V: ArrayLike, R0: float, times: ArrayLike,
+                              masses: ArrayLike, p: float,
+                              log: bool = False) -> NDArray[np.float64]:
     r"""Stability constant of masked softmax attention in :math:`W_p^{\rm cond}` (``p = inf``: the
     supremum over fibres).
 
@@ -227,7 +222,7 @@ def masked_stability_constant(A, V, R0, times, masses, p, log=False):
         return log_C if log else np.exp(log_C)
 
 
-def linear_sink_response(t, sink_mass, n_terms=120):
+def linear_sink_response(t: float, sink_mass: float, n_terms: int = 120) -> float:
     r"""The :math:`W_1^{\rm cond}` amplification of a sink shift in the linear model, continuum limit.
 
     With :math:`A = 0`, :math:`V = I` and the position marginal
@@ -255,7 +250,7 @@ def linear_sink_response(t, sink_mass, n_terms=120):
     float
     """
     t = as_at_least("t", t, 0.0)
-    ell = np.log(1.0 / _check_sink_mass(sink_mass))
+    ell = np.log(1.0 / as_sink_mass(sink_mass))
     k = np.arange(int(n_terms))
     log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, k.size)))])
     truncated_exp = np.cumsum(np.exp(k * np.log(ell) - log_fact)) if ell > 0 else np.ones(k.size)

@@ -1,22 +1,27 @@
 r"""Finite-difference witnesses of gradient-flow structure and of geodesic (non-)convexity.
 
-Used by the chapter "Gradient flows" and the tests of :mod:`tpde_lib.energy` (which re-exports
-these names): the Jacobian of a particle velocity field and its symmetry defect (a gradient flow
-for a constant metric has a symmetric weighted Jacobian), central-difference gradients of a
-function of a configuration or of a covariance, second differences along a curve, and a search
-for non-convexity along (twisted) Bures–Wasserstein geodesics.
+Used by the chapter "Gradient flows": the Jacobian of a particle velocity field and its
+symmetry defect (a gradient flow for a constant metric has a symmetric weighted Jacobian),
+central-difference gradients of a function of a configuration or of a covariance, second
+differences along a curve, and a search for non-convexity along (twisted) Bures–Wasserstein
+geodesics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-from ._checks import as_covariance, as_float_array, as_positive, as_square
-from .measures import Empirical
-from .transport import bures_wasserstein_geodesic, twisted_bures_wasserstein_geodesic
+from .._checks import as_covariance, as_float_array, as_positive, as_square
+from ..measures import Empirical, Gaussian, as_empirical
+from ..transport import bures_wasserstein_geodesic, twisted_bures_wasserstein_geodesic
+
+if TYPE_CHECKING:
+    from ..attention import Attention
 
 __all__ = [
     "velocity_jacobian", "symmetry_defect", "configuration_gradient", "frobenius_gradient",
@@ -24,13 +29,8 @@ __all__ = [
 ]
 
 
-def _check_measure(mu, name="mu"):
-    if not isinstance(mu, Empirical):
-        raise TypeError(f"{name} must be an Empirical measure, got {type(mu).__name__}")
-    return mu
-
-
-def configuration_gradient(fun, mu, step=1e-5):
+def configuration_gradient(fun: Callable[[Empirical], float], mu: Empirical,
+                           step: float = 1e-5) -> NDArray[np.float64]:
     r"""Central-difference gradient of :math:`\Phi(X) = ` ``fun(mu.with_points(X))``, shape (n, d).
 
     :math:`\partial_{x_{ia}}\Phi \approx (\Phi(X + he_{ia}) - \Phi(X - he_{ia}))/2h`, error
@@ -49,7 +49,7 @@ def configuration_gradient(fun, mu, step=1e-5):
     -------
     ndarray, shape (n, d)
     """
-    _check_measure(mu)
+    as_empirical("mu", mu)
     if not callable(fun):
         raise TypeError(f"fun must be a callable Empirical -> float, got {type(fun).__name__}")
     step = as_positive("step", step)
@@ -63,7 +63,8 @@ def configuration_gradient(fun, mu, step=1e-5):
     return grad.reshape(X.shape)
 
 
-def frobenius_gradient(fun, cov, step=1e-5):
+def frobenius_gradient(fun: Callable[[NDArray[np.float64]], float], cov: ArrayLike,
+                       step: float = 1e-5) -> NDArray[np.float64]:
     r"""Central-difference gradient of a function of a symmetric matrix, shape (d, d), symmetric.
 
     The gradient for the Frobenius product on symmetric matrices,
@@ -98,7 +99,8 @@ def frobenius_gradient(fun, cov, step=1e-5):
     return grad
 
 
-def energy_along_geodesic(energy, g0, g1, s, P=None):
+def energy_along_geodesic(energy: Callable[..., float], g0: Gaussian, g1: Gaussian, s: ArrayLike,
+                          P: ArrayLike | None = None) -> NDArray[np.float64]:
     r"""Energy :math:`\mathcal E(\mathcal N(\alpha_s,\Sigma_s))` along a (twisted) Bures–Wasserstein geodesic.
 
     Parameters
@@ -127,7 +129,7 @@ def energy_along_geodesic(energy, g0, g1, s, P=None):
     return np.array([float(energy(m, S)) for m, S in zip(means, covs)])
 
 
-def second_differences(values, s):
+def second_differences(values: ArrayLike, s: ArrayLike) -> NDArray[np.float64]:
     r"""Second differences :math:`(v_{k+1}-2v_k+v_{k-1})/\Delta s^2` on a uniform grid, shape (k-2,).
 
     A negative value well beyond round-off (about :math:`10^{-16}\max|v|/\Delta s^2`) witnesses
@@ -143,7 +145,8 @@ def second_differences(values, s):
     return np.diff(v, 2) / ds[0] ** 2
 
 
-def velocity_jacobian(att, mu, step=1e-4, t=0.0):
+def velocity_jacobian(att: Attention, mu: Empirical, step: float = 1e-4,
+                      t: float = 0.0) -> NDArray[np.float64]:
     r"""Jacobian :math:`J_{(i,a),(j,b)} = \partial\Gamma_a(x_i)/\partial x_{j,b}`, shape (n d, n d).
 
     Central finite differences: :math:`J e_k \approx (\Gamma(X + h e_k) - \Gamma(X - h e_k))/2h`,
@@ -166,7 +169,7 @@ def velocity_jacobian(att, mu, step=1e-4, t=0.0):
     -------
     ndarray, shape (n d, n d)
     """
-    _check_measure(mu)
+    as_empirical("mu", mu)
     step = as_positive("step", step)
     X = mu.points
     nd = X.size
@@ -181,7 +184,8 @@ def velocity_jacobian(att, mu, step=1e-4, t=0.0):
     return J
 
 
-def symmetry_defect(J, weights, mobility_matrix=None):
+def symmetry_defect(J: ArrayLike, weights: ArrayLike,
+                    mobility_matrix: ArrayLike | None = None) -> float:
     r"""Relative asymmetry :math:`\|S-S^\top\|_F/\|S\|_F`, :math:`S = (\mathrm{diag}(w)\otimes P^{-1})J`.
 
     If the particles follow a gradient flow :math:`\dot x_i = -w_i^{-1}P\nabla_{x_i}\Phi(X)` (the
@@ -238,7 +242,10 @@ class ConvexitySearch:
     threshold: float
 
 
-def search_geodesic_convexity(energies, pairs, P=None, n_points=21, threshold=1e-6):
+def search_geodesic_convexity(energies: Mapping[str, Callable[..., float]],
+                              pairs: Sequence[tuple[Gaussian, Gaussian]],
+                              P: ArrayLike | None = None, n_points: int = 21,
+                              threshold: float = 1e-6) -> ConvexitySearch:
     r"""Look for non-convexity of energies along (twisted) Bures–Wasserstein geodesics.
 
     For each pair :math:`(g_0, g_1)` and each energy, the values along the geodesic at

@@ -1,10 +1,10 @@
-"""The coupled distance of the masked mean-field limit (tpde_lib.masked_meanfield)."""
+"""The coupled distance of the masked mean-field limit (tpde_lib.transport)."""
 
 import numpy as np
 import pytest
 
 from tpde_lib.masked import sink_positions, with_sink
-from tpde_lib.masked_meanfield import coupled_wasserstein, position_quantile_pieces
+from tpde_lib.transport import coupled_wasserstein, position_quantile_pieces
 from tpde_lib.measures import Empirical
 from tpde_lib.transport import conditional_wasserstein
 

@@ -53,7 +53,12 @@ from .integrate import solve_batch
 from .measures import Empirical, Gaussian
 from .official import projected_euler
 from .particles import Trajectory, simulate
-from .transport import bures_wasserstein, conditional_wasserstein, wasserstein
+from .transport import (
+    bures_wasserstein,
+    conditional_wasserstein,
+    coupled_wasserstein,
+    wasserstein,
+)
 
 __version__ = "1.0.0"
 
@@ -66,7 +71,7 @@ __all__ = [
     "simulate_gaussian", "simulate_gaussian_batch", "GaussianTrajectory", "GaussianBatch",
     "affine_defect", "solve_batch",
     "projected_euler", "official", "meanfield",
-    "wasserstein", "bures_wasserstein", "conditional_wasserstein",
+    "wasserstein", "bures_wasserstein", "conditional_wasserstein", "coupled_wasserstein",
 ]
 
 #: subpackages imported on first access (PEP 562), ``tp.meanfield`` etc.

@@ -1,10 +1,12 @@
 """Optimal-transport distances between token measures.
 
 Modules: ``_wasserstein`` (W_p of empirical measures, exact or sliced; the Bures–Wasserstein
-distance of Gaussians; the conditional W_p of masked attention), ``_gaussian`` (Bures–Wasserstein
+distance of Gaussians; the conditional W_p of masked attention), ``_coupled`` (the coupled W_p of the masked
+mean-field limit, positions matched by their quantiles), ``_gaussian`` (Bures–Wasserstein
 maps and geodesics, and the twisted distances of a constant mobility).
 """
 
+from ._coupled import coupled_wasserstein, position_quantile_pieces
 from ._gaussian import (
     bures_wasserstein_geodesic,
     bures_wasserstein_map,
@@ -22,6 +24,7 @@ from ._wasserstein import (
 )
 
 __all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein", "MARGINAL_TOL",
+           "coupled_wasserstein", "position_quantile_pieces",
            "fibre_distances", "sup_fibre_distance",
            "bures_wasserstein_map", "bures_wasserstein_geodesic", "twisted_wasserstein",
            "twisted_bures_wasserstein", "twisted_bures_wasserstein_geodesic"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .measures import Empirical
+from ..measures import Empirical
 
 __all__ = ["coupled_wasserstein", "position_quantile_pieces"]
 

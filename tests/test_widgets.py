@@ -205,3 +205,16 @@ def test_explore_rejects_callables_of_the_wrong_kind(bad, error):
     with pytest.raises(error, match=next(iter(bad))):
         explore(args["draw"], make_controls(), "a", [0.0, 1.0], show=False,
                 update=args["update"])
+
+
+def test_one_output_holds_the_live_panel_and_the_twin_as_its_html_fallback():
+    from tpde_lib.widgets import panel_bundle
+
+    panel, twin = explore(recording_draw([]), make_controls(), twin="a",
+                          twin_values=[0.0, 2.0], figsize=(2, 2), show=False)
+    bundle = panel_bundle(panel, twin, "a", [0.0, 2.0])
+    view = bundle["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] == panel.model_id              # the live panel itself
+    assert twin.data in bundle["text/html"]                 # the twin, whole
+    assert "JupyterLab" in bundle["text/html"] and "Binder" in bundle["text/html"]
+    assert "<code>a</code> runs through 0, 2" in bundle["text/html"]

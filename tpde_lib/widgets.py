@@ -3,22 +3,24 @@
 Every exploration in the book is one call to :func:`explore`: a live ipywidgets panel for
 Jupyter/Binder, where a kernel runs, and its *static twin* for the online book, where none does:
 a playable animation (``matplotlib.animation.FuncAnimation.to_jshtml``) over the panel's main
-parameter, the other parameters held at their default values.
+parameter, the other parameters held at their default values. Both go into one output (see
+:func:`panel_bundle`): a notebook with a kernel shows the live panel, a static page the twin.
 """
 
 from __future__ import annotations
 
+import html
 import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
-from IPython.display import HTML, Markdown, display
+from IPython.display import HTML, display
 from matplotlib.animation import FuncAnimation
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["explore", "static_twin", "live_panel"]
+__all__ = ["explore", "static_twin", "live_panel", "panel_bundle"]
 
 
 def _name(draw) -> str:
@@ -283,7 +285,9 @@ def explore(draw: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget
         Its values in the twin (keep to about a dozen: each is a PNG in the page).
     figsize : (float, float)
     show : bool
-        Display both (default); with False only return them.
+        Display them (default) as one output, :func:`panel_bundle`: the live panel where a
+        kernel runs, the twin with a line on how to get the live panel in a static page; with
+        False only return them.
     update : callable, optional
         ``update(handles, **params)``: redraws in place, for speed. ``handles`` is what ``draw``
         returned (e.g. a dict of its artists); ``update`` sets their data, texts and limits to
@@ -306,10 +310,27 @@ def explore(draw: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget
     controls[twin].add_class("tpde-main-control")  # the control the static twin sweeps
     panel = live_panel(draw, controls, figsize=figsize, update=update)
     if show:
-
-        display(Markdown("**Live panel** (needs a running kernel: Binder or local Jupyter):"))
-        display(panel)
-        display(Markdown(f"**Static twin** (plays in the online book): `{twin}` runs through "
-                         f"{', '.join(_format(v) for v in values)}."))
-        display(twin_html)
+        display(panel_bundle(panel, twin_html, twin, values), raw=True)
     return panel, twin_html
+
+
+def panel_bundle(panel: widgets.Widget, twin_html: HTML, twin: str,
+                 twin_values: Sequence[Any]) -> dict[str, Any]:
+    """One output holding both faces of a panel, for the front end to pick from.
+
+    The MIME bundle has the live widget (``application/vnd.jupyter.widget-view+json``: what
+    JupyterLab shows when a kernel runs) and, as ``text/html``, the static twin under a line
+    saying how to get the live panel: what a static page shows when its renderer ranks
+    ``text/html`` above the widget view (MyST-NB: ``nb_mime_priority_overrides`` with
+    ``["html", "application/vnd.jupyter.widget-view+json", 35]``, after ``text/html`` at 30).
+    Pass it to ``IPython.display.display(bundle, raw=True)``.
+    """
+    bundle = dict(panel._repr_mimebundle_())
+    sweep = ", ".join(_format(v) for v in twin_values)
+    note = (f'<p class="tpde-twin-note"><em>Animation</em>: <code>{html.escape(twin)}</code> '
+            f"runs through {html.escape(sweep)}, the other controls at their defaults. To move "
+            "every control, open this page as a notebook in JupyterLab or on Binder (launch "
+            "button at the top of the page) and run it.</p>")
+    bundle["text/html"] = f'<div class="tpde-static-twin">{note}{twin_html.data}</div>'
+    bundle["text/plain"] = f"Live panel (needs a kernel); its static twin sweeps {twin}"
+    return bundle

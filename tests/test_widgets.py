@@ -193,6 +193,9 @@ def test_a_failing_update_names_itself_and_the_next_change_draws_in_full():
     with pytest.raises(KeyError) as info:
         static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [1.0, 2.0], update=update)
     assert "update" in "".join(info.value.__notes__)
+    with pytest.raises(TypeError, match="update 'test_a_failing_update.*must return None"):
+        static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [1.0, 2.0],
+                    update=lambda line, a, kind: line)
 
 
 @pytest.mark.parametrize("bad, error", [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import io
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,8 +40,6 @@ def _draw_on(draw, fig: Figure, params: Mapping[str, Any]) -> Any:
     a draw that leaves the figure empty, or that opens pyplot figures of its own (they would stay
     open: the panel shows only ``fig``), raises ValueError; those figures are closed first.
     """
-    import sys
-
     pyplot = sys.modules.get("matplotlib.pyplot")   # only if the reader's code imported it
     before = set(pyplot.get_fignums()) if pyplot is not None else set()
     fig.clear()
@@ -82,11 +81,15 @@ class _Redrawer:
             done = False
             if self.drawn and self.update is not None:
                 try:
-                    done = self.update(self.handles, **params) is not False
+                    result = self.update(self.handles, **params)
                 except Exception as err:
                     err.add_note(f"raised by the panel's update function "
                                  f"{_name(self.update)!r} called with {params}")
                     raise
+                if result is not None and not isinstance(result, bool):
+                    raise TypeError(f"update {_name(self.update)!r} must return None, True or "
+                                    f"False (False: draw in full), got {type(result).__name__}")
+                done = result is not False
             if not done:
                 self.drawn = False
                 self.handles = _draw_on(self.draw, self.fig, params)

@@ -104,7 +104,7 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
     defaults = {name: w.value for name, w in controls.items()}
     choices = [n for n, w in controls.items() if _is_choice(w)]
     sliders = [n for n in controls if n not in choices]
-    worst, failures, slowest_cpu = {}, [], {}
+    worst, failures, slowest_cpu, by_choice = {}, [], {}, {}
 
     def timed(widget, value):
         gc.collect()        # a collection owed by earlier work is not this redraw's cost
@@ -112,7 +112,7 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
         widget.value = value
         return time.perf_counter() - start, time.process_time() - cpu
 
-    def set_and_time(name, value, where):
+    def set_and_time(name, value, where, label):
         widget = controls[name]
         if widget.value == value:
             return
@@ -129,17 +129,19 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
             worst[name] = (took, cpu, where)
         if cpu > slowest_cpu.get(name, (0.0, ""))[0]:
             slowest_cpu[name] = (cpu, where)
+        by_choice[label] = max(by_choice.get(label, 0.0), cpu)
 
     for combo in itertools.product(*[_values(controls[n]) for n in choices]):
         label = ", ".join(f"{n}={v!r}" for n, v in zip(choices, combo))
         for name, value in zip(choices, combo):
-            set_and_time(name, value, label)
+            set_and_time(name, value, label, label)
         for name in sliders:
             for value in _values(controls[name]) + [defaults[name]]:
-                set_and_time(name, value, f"{label + ', ' if label else ''}{name}={value!r}")
+                set_and_time(name, value, f"{label + ', ' if label else ''}{name}={value!r}",
+                             label)
     for name, value in defaults.items():
         controls[name].value = value
-    return {name: (*worst[name], *slowest_cpu[name]) for name in worst}, failures
+    return {name: (*worst[name], *slowest_cpu[name]) for name in worst}, failures, by_choice
 
 
 def main(argv=None):
@@ -147,6 +149,8 @@ def main(argv=None):
     ap.add_argument("chapters", nargs="*")
     ap.add_argument("--budget-ms", type=float, default=150.0,
                     help="most CPU time one redraw of any control may take (default 150 ms)")
+    ap.add_argument("--by-choice", action="store_true",
+                    help="also print the worst CPU time for each combination of the dropdowns")
     ap.add_argument("--retries", type=int, default=2,
                     help="times a change over the budget is repeated, keeping its least CPU time")
     args = ap.parse_args(argv)
@@ -164,8 +168,8 @@ def main(argv=None):
         print(f"{chapter.name}: ran in {time.perf_counter() - start:.1f} s, {len(panels)} panel(s)")
         for k, (controls, panel) in enumerate(panels):
             with contextlib.redirect_stdout(io.StringIO()):  # clear_output's escapes, no kernel
-                worst, failures = time_panel(controls, panel, args.budget_ms / 1000,
-                                             args.retries)
+                worst, failures, by_choice = time_panel(controls, panel,
+                                                        args.budget_ms / 1000, args.retries)
             for name, (took, cpu, where, max_cpu, cpu_where) in worst.items():
                 over = 1000 * max_cpu > args.budget_ms
                 print(f"  panel {k} {name:12s} worst CPU {1000 * max_cpu:4.0f} ms at {cpu_where}"
@@ -179,6 +183,9 @@ def main(argv=None):
                     failed.append(f"{chapter.name}: panel {k} control {name!r}: one redraw took "
                                   f"{1000 * max_cpu:.0f} ms of CPU at {cpu_where} (budget "
                                   f"{args.budget_ms:g} ms)")
+            if args.by_choice and len(by_choice) > 1:
+                for label, cpu in by_choice.items():
+                    print(f"    with {label}: worst CPU {1000 * cpu:4.0f} ms")
             failed += [f"{chapter.name}: {f}" for f in failures]
     for f in failed:
         print("FAIL", f)

@@ -99,3 +99,125 @@ def test_explore_rejects_bad_input(bad, error):
     with pytest.raises(error):
         explore(recording_draw([]), args["controls"], args["twin"], args["twin_values"],
                 show=False)
+
+
+# --- failures leave nothing open, and name the reader's function -------------------------------
+
+def raising_draw(fig, a, kind):
+    fig.add_subplot(1, 1, 1)
+    if a > 1.5:
+        raise ZeroDivisionError("reader's bug")
+
+
+def test_a_failing_draw_closes_its_figure_and_names_the_draw_function():
+    plt = pytest.importorskip("matplotlib.pyplot")
+    before = plt.get_fignums()
+    with pytest.raises(ZeroDivisionError) as info:
+        explore(raising_draw, make_controls(), twin="a", twin_values=[1.0, 2.0], show=False)
+    assert "raising_draw" in "".join(info.value.__notes__)
+    assert plt.get_fignums() == before          # the old twin left its pyplot figure open
+
+
+def test_a_draw_that_opens_its_own_pyplot_figure_is_refused_and_the_figure_closed():
+    plt = pytest.importorskip("matplotlib.pyplot")
+    before = plt.get_fignums()
+
+    def draw(fig, a, kind):
+        plt.figure()
+        plt.plot([0, a])
+
+    with pytest.raises(ValueError, match="draw 'test_a_draw_that.*pyplot figures"):
+        static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [0.0, 1.0])
+    assert plt.get_fignums() == before
+
+
+def test_a_draw_that_draws_nothing_is_refused():
+    with pytest.raises(ValueError, match="drew nothing"):
+        live_panel(lambda fig, a, kind: None, make_controls())
+
+
+def test_a_live_error_leaves_a_cleared_figure_and_the_next_change_redraws():
+    controls = make_controls()
+    panel = live_panel(raising_draw, controls, figsize=(2, 2), dpi=50)
+    image = panel.children[1]
+    good = image.value
+    # in a kernel the output area below the figure shows the error; here it propagates
+    with pytest.raises(ZeroDivisionError):
+        controls["a"].value = 2.0
+    assert image.value != good                  # the stale figure is not kept
+    controls["a"].value = 0.5
+    assert image.value == good
+
+
+def test_update_moves_artists_in_place_and_can_ask_for_a_full_draw():
+    calls = []
+
+    def draw(fig, a, kind):
+        calls.append("draw")
+        ax = fig.add_subplot(1, 1, 1)
+        (line,) = ax.plot([0, 1], [0, a])
+        return {"ax": ax, "line": line, "kind": kind}
+
+    def update(h, a, kind):
+        if kind != h["kind"]:
+            return False                        # a new layout: full draw
+        calls.append("update")
+        h["line"].set_ydata([0, a])
+        h["ax"].relim()
+        h["ax"].autoscale_view()
+
+    controls = make_controls()
+    panel = live_panel(draw, controls, update=update, figsize=(2, 2), dpi=50)
+    image = panel.children[1]
+    first = image.value
+    controls["a"].value = 0.5
+    assert image.value != first
+    controls["kind"].value = "y"
+    controls["a"].value = 2.0
+    assert calls == ["draw", "update", "draw", "update"]
+    fresh = live_panel(draw, {"a": widgets.FloatSlider(value=2.0, max=2.0),
+                              "kind": widgets.Dropdown(options=["x", "y"], value="y")},
+                       figsize=(2, 2), dpi=50)
+    assert fresh.children[1].value == image.value  # in place = drawn afresh, pixel for pixel
+
+
+def test_a_failing_update_names_itself_and_the_next_change_draws_in_full():
+    def draw(fig, a, kind):
+        return fig.add_subplot(1, 1, 1).plot([0, a])[0]
+
+    def update(line, a, kind):
+        if a > 1.5:
+            raise KeyError("missing artist")
+        line.set_ydata([0, a])
+
+    with pytest.raises(KeyError) as info:
+        static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [1.0, 2.0], update=update)
+    assert "update" in "".join(info.value.__notes__)
+    with pytest.raises(TypeError, match="update 'test_a_failing_update.*must return None"):
+        static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [1.0, 2.0],
+                    update=lambda line, a, kind: line)
+
+
+@pytest.mark.parametrize("bad, error", [
+    ({"draw": "not callable"}, TypeError),
+    ({"update": 3}, TypeError),
+])
+def test_explore_rejects_callables_of_the_wrong_kind(bad, error):
+    args = {"draw": recording_draw([]), "update": None}
+    args.update(bad)
+    with pytest.raises(error, match=next(iter(bad))):
+        explore(args["draw"], make_controls(), "a", [0.0, 1.0], show=False,
+                update=args["update"])
+
+
+def test_one_output_holds_the_live_panel_and_the_twin_as_its_html_fallback():
+    from tpde_lib.widgets import panel_bundle
+
+    panel, twin = explore(recording_draw([]), make_controls(), twin="a",
+                          twin_values=[0.0, 2.0], figsize=(2, 2), show=False)
+    bundle = panel_bundle(panel, twin, "a", [0.0, 2.0])
+    view = bundle["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] == panel.model_id              # the live panel itself
+    assert twin.data in bundle["text/html"]                 # the twin, whole
+    assert "JupyterLab" in bundle["text/html"] and "Binder" in bundle["text/html"]
+    assert "<code>a</code> runs through 0, 2" in bundle["text/html"]

@@ -1,5 +1,24 @@
 """Figures and animations: particle clouds, covariance ellipses, the PSD cone.
 
-Submodules: ``clouds`` (particle clouds), ``ellipses`` (Gaussian covariance ellipses),
-``cone`` (2×2 covariance trajectories in the PSD cone and the normalised-trace disk).
+Modules: ``clouds`` (particle clouds, paths, their animations), ``ellipses`` (Gaussian covariance
+ellipses, the one ellipse plotter), ``cone`` (2×2 covariance trajectories in the PSD cone and the
+normalised-trace disk, rank histograms). Every function draws on axes or a figure it is given and
+returns them; none imports ``matplotlib.pyplot``. ``tpde_lib`` imports this package on first use
+(``tp.viz``), so ``import tpde_lib`` loads no matplotlib.
 """
+
+from .clouds import animate_clouds, cloud_panels, common_limits, initial_angle, plot_cloud, plot_paths
+from .cone import (
+    as_paths,
+    draw_cone,
+    path_colours,
+    plot_cone_trajectories,
+    plot_disk_trajectories,
+    plot_rank_histograms,
+)
+from .ellipses import draw_ellipse, draw_ellipses, ellipse_points
+
+__all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels",
+           "animate_clouds", "as_paths", "path_colours", "draw_cone", "plot_cone_trajectories",
+           "plot_disk_trajectories", "plot_rank_histograms", "ellipse_points", "draw_ellipse",
+           "draw_ellipses"]

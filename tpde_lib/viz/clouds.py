@@ -7,13 +7,27 @@ only the first two coordinates are drawn.
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-import numpy as np
-from IPython.display import HTML
-from matplotlib.animation import FuncAnimation
-from matplotlib.collections import LineCollection
+from collections.abc import Mapping, Sequence
 
-__all__ = ["plot_cloud", "plot_paths", "common_limits", "cloud_panels", "animate_clouds"]
+import matplotlib as mpl
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PathCollection
+from matplotlib.figure import Figure
+from numpy.typing import ArrayLike
+
+__all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels",
+           "animate_clouds"]
+
+
+def _time_index(name: str, k, n_times: int) -> int:
+    """``k`` as an index into ``n_times`` times (negative counts from the end); no wrapping."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{name} must be an int time index, got {k!r}")
+    if not -n_times <= k < n_times:
+        raise ValueError(f"{name} = {k} is out of range for {n_times} times "
+                         f"(valid: {-n_times}..{n_times - 1})")
+    return int(k) % n_times
 
 
 def _sizes(weights, base=12.0):
@@ -22,11 +36,26 @@ def _sizes(weights, base=12.0):
     return base * w * w.size
 
 
-def plot_cloud(ax, points, weights=None, c=None, cmap="viridis", base_size=12.0, **scatter_kw):
-    """Scatter the tokens (n, d) on ``ax`` (first two coordinates), marker area ∝ weight.
+def plot_cloud(ax: Axes, points: ArrayLike, weights: ArrayLike | None = None, c=None,
+               cmap: str = "viridis", base_size: float = 12.0, **scatter_kw) -> PathCollection:
+    """Scatter the tokens on ``ax`` (first two coordinates), marker area ∝ weight.
 
-    ``c``: colours, shape (n,) (e.g. the initial angle or the sequence position), or a colour.
-    Returns the ``PathCollection``.
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    points : array_like, shape (n, d), d >= 2
+    weights : array_like, shape (n,), optional
+        Masses (area ``base_size`` for a uniform weight).
+    c : array_like (n,) or colour, optional
+        Colours (e.g. the initial angle or the sequence position), or one colour.
+    cmap : str
+    base_size : float
+    **scatter_kw
+        Passed to ``ax.scatter``.
+
+    Returns
+    -------
+    matplotlib.collections.PathCollection
     """
     pts = np.asarray(points, dtype=float)
     s = base_size if weights is None else _sizes(weights, base_size)
@@ -35,7 +64,8 @@ def plot_cloud(ax, points, weights=None, c=None, cmap="viridis", base_size=12.0,
     return ax.scatter(pts[:, 0], pts[:, 1], s=s, c=c, cmap=cmap, **kw)
 
 
-def plot_paths(ax, traj, upto=None, colours=None, cmap="viridis", alpha=0.25, lw=0.6):
+def plot_paths(ax: Axes, traj, upto: int | None = None, colours: ArrayLike | None = None,
+               cmap: str = "viridis", alpha: float = 0.25, lw: float = 0.6) -> LineCollection:
     """Draw every token's path from ``times[0]`` to ``times[upto]`` (default: the end).
 
     Parameters
@@ -46,21 +76,37 @@ def plot_paths(ax, traj, upto=None, colours=None, cmap="viridis", alpha=0.25, lw
         Last time index drawn.
     colours : array_like (n,), optional
         Scalar per token mapped through ``cmap``; default: the initial polar angle.
-    """
+    cmap : str
+    alpha, lw : float
 
-    k = traj.points.shape[0] - 1 if upto is None else int(upto)
+    Returns
+    -------
+    matplotlib.collections.LineCollection
+
+    Raises
+    ------
+    ValueError
+        ``upto`` out of range (it is not wrapped).
+    """
+    n_times = traj.points.shape[0]
+    k = n_times - 1 if upto is None else _time_index("upto", upto, n_times)
     pts = traj.points[: k + 1, :, :2]
     if colours is None:
         colours = initial_angle(traj)
-    cvals = plt.get_cmap(cmap)(_normalise(colours))
+    cvals = mpl.colormaps[cmap](_normalise(colours))
     segs = np.transpose(pts, (1, 0, 2))           # (n, T, 2)
     lc = LineCollection(segs, colors=cvals, alpha=alpha, linewidths=lw, zorder=2)
     ax.add_collection(lc)
     return lc
 
 
-def initial_angle(traj):
-    """Polar angle of each token at the first time (a stable colouring), shape (n,)."""
+def initial_angle(traj) -> np.ndarray:
+    """Polar angle of each token about the mean at the first time (a stable colouring).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
     x0 = traj.points[0]
     return np.arctan2(x0[:, 1] - x0[:, 1].mean(), x0[:, 0] - x0[:, 0].mean())
 
@@ -71,14 +117,27 @@ def _normalise(c):
     return np.zeros_like(c) if span == 0 else (c - c.min()) / span
 
 
-def common_limits(trajs, k=None, pad=0.08, quantile=1.0):
+def common_limits(trajs: Sequence, k: int | None = None, pad: float = 0.08,
+                  quantile: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Square axis limits holding every cloud of ``trajs`` (all times, or time index ``k``).
 
-    ``quantile`` < 1 ignores the farthest tokens (useful when a few escape). Returns
-    ``(lo, hi)``, each of shape (2,): the x and y limits, a square of the same side around the
-    clouds' per-axis median.
+    Parameters
+    ----------
+    trajs : sequence of Trajectory
+    k : int, optional
+        Time index (negative counts from the end; out of range raises).
+    pad : float
+        Relative margin.
+    quantile : float
+        Below 1, ignores the farthest tokens (useful when a few escape).
+
+    Returns
+    -------
+    lo, hi : ndarray, shape (2,)
+        The x and y limits: a square of the same side around the clouds' per-axis median.
     """
-    pts = [t.points[:, :, :2] if k is None else t.points[k, :, :2] for t in trajs]
+    pts = [t.points[:, :, :2] if k is None
+           else t.points[_time_index("k", k, t.points.shape[0]), :, :2] for t in trajs]
     allp = np.concatenate([p.reshape(-1, 2) for p in pts])
     allp = allp[np.all(np.isfinite(allp), axis=1)]
     centre = np.median(allp, axis=0)
@@ -87,8 +146,10 @@ def common_limits(trajs, k=None, pad=0.08, quantile=1.0):
     return centre - r, centre + r
 
 
-def cloud_panels(fig, trajs, k=-1, titles=None, paths=True, ncols=None, limits="shared",
-                 colour_by=None):
+def cloud_panels(fig: Figure, trajs: Mapping[str, object] | Sequence, k: int = -1,
+                 titles: Sequence[str] | None = None, paths: bool = True,
+                 ncols: int | None = None, limits="shared",
+                 colour_by: ArrayLike | None = None) -> list[Axes]:
     """One panel per trajectory: the cloud at time index ``k`` over its faint paths.
 
     Parameters
@@ -96,7 +157,7 @@ def cloud_panels(fig, trajs, k=-1, titles=None, paths=True, ncols=None, limits="
     fig : matplotlib Figure
     trajs : dict name -> Trajectory (or sequence)
     k : int
-        Time index drawn.
+        Time index drawn (negative counts from the end; out of range raises, no wrapping).
     titles : sequence of str, optional (default: the dict keys)
     paths : bool
         Draw the paths up to ``k``.
@@ -122,7 +183,7 @@ def cloud_panels(fig, trajs, k=-1, titles=None, paths=True, ncols=None, limits="
     axes = []
     for i, (tr, title) in enumerate(zip(trajs, titles)):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        kk = k % tr.points.shape[0]
+        kk = _time_index("k", k, tr.points.shape[0])
         if paths:
             plot_paths(ax, tr, upto=kk, colours=colours)
         plot_cloud(ax, tr.points[kk], tr.weights, c=colours)
@@ -137,15 +198,37 @@ def cloud_panels(fig, trajs, k=-1, titles=None, paths=True, ncols=None, limits="
     return axes
 
 
-def animate_clouds(trajs, titles=None, figsize=(10, 3), interval=150, ncols=None, dpi=72):
+def animate_clouds(trajs: Mapping[str, object] | Sequence,
+                   titles: Sequence[str] | None = None,
+                   figsize: tuple[float, float] = (10, 3), interval: int = 150,
+                   ncols: int | None = None, dpi: float = 72):
     """A playable ``to_jshtml`` animation of the clouds through time (no kernel needed).
 
-    All trajectories must share their ``times``. Returns ``IPython.display.HTML``.
+    Parameters
+    ----------
+    trajs : dict name -> Trajectory, or sequence
+        All must share their ``times``.
+    titles, ncols
+        As in :func:`cloud_panels`.
+    figsize : (float, float)
+    interval : int
+        Milliseconds between frames.
+    dpi : float
+
+    Returns
+    -------
+    IPython.display.HTML
     """
+    from IPython.display import HTML
+    from matplotlib.animation import FuncAnimation
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     seq = list(trajs.values()) if isinstance(trajs, dict) else list(trajs)
     times = seq[0].times
-    fig = plt.figure(figsize=figsize, dpi=dpi)
+    if any(t.times.shape != times.shape or np.any(t.times != times) for t in seq[1:]):
+        raise ValueError("trajs must share their times")
+    fig = Figure(figsize=figsize, dpi=dpi)
+    FigureCanvasAgg(fig)
     lims = common_limits(seq)
 
     def frame(k):
@@ -155,6 +238,8 @@ def animate_clouds(trajs, titles=None, figsize=(10, 3), interval=150, ncols=None
         return []
 
     anim = FuncAnimation(fig, frame, frames=len(times), interval=interval, blit=False)
-    html = anim.to_jshtml(default_mode="loop")
-    plt.close(fig)
+    try:
+        html = anim.to_jshtml(default_mode="loop")
+    finally:
+        fig.clear()
     return HTML(html)

@@ -1,4 +1,4 @@
-r"""2×2 covariance trajectories: the PSD cone in 3-D, the normalised-trace disk, ellipses, ranks.
+r"""2×2 covariance trajectories: the PSD cone in 3-D, the normalised-trace disk; rank histograms.
 
 A 2×2 covariance :math:`\Sigma = \begin{pmatrix}a&c\\c&b\end{pmatrix}` is drawn at
 :math:`(a-b, 2c, a+b)`: the PSD cone becomes the round cone :math:`z \ge \sqrt{x^2+y^2}`, whose
@@ -6,23 +6,29 @@ boundary holds the rank-one matrices and whose apex is :math:`0`: the eigenvalue
 :math:`\Sigma` are :math:`(z \pm \sqrt{x^2+y^2})/2` (derived in the appendix "Derivations",
 :eq:`eq-cone`). The disk view plots :math:`\Sigma/\operatorname{tr}\Sigma`: the unit circle is
 rank one, the centre isotropic. These are the coordinates of the authors' plotting code.
+Covariance ellipses are drawn by :func:`tpde_lib.viz.ellipses.draw_ellipses`.
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from collections.abc import Sequence
+
+import matplotlib as mpl
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
-from matplotlib.patches import Ellipse
+from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Line3DCollection
+from numpy.typing import ArrayLike
 
 from ..psd_cone import to_3d, to_disk
 
 __all__ = ["as_paths", "path_colours", "draw_cone", "plot_cone_trajectories",
-           "plot_disk_trajectories", "plot_ellipses", "plot_rank_histograms"]
+           "plot_disk_trajectories", "plot_rank_histograms"]
 
 
-def as_paths(paths, valid=None):
+def as_paths(paths: ArrayLike | Sequence[ArrayLike],
+             valid: ArrayLike | None = None) -> list[np.ndarray]:
     """A list of (T_i, 2, 2) arrays from a list of paths or a (B, T, 2, 2) array (+ valid mask).
 
     Parameters
@@ -43,7 +49,8 @@ def as_paths(paths, valid=None):
     return out
 
 
-def path_colours(paths, by="start", cmap="viridis"):
+def path_colours(paths: Sequence[np.ndarray], by: str | ArrayLike = "start",
+                 cmap: str = "viridis") -> np.ndarray:
     """Colours as in the official plots: by the starting :math:`2c` or by the final trace.
 
     Parameters
@@ -70,19 +77,22 @@ def path_colours(paths, by="start", cmap="viridis"):
             raise ValueError(f"by must have shape ({len(paths)},), got {key.shape}")
     span = np.ptp(key) if key.size else 0.0
     u = (key - key.min()) / span if span > 0 else np.full(key.shape, 0.5)
-    return plt.get_cmap(cmap)(u)
+    return mpl.colormaps[cmap](u)
 
 
-def draw_cone(ax, scale, alpha=0.07, color="k"):
+def draw_cone(ax: Axes, scale: float, alpha: float = 0.07, color: str = "k") -> None:
     """Translucent surface :math:`z = \\sqrt{x^2+y^2}` up to radius ``scale`` on a 3-D axis."""
     u, r = np.meshgrid(np.linspace(0, 2 * np.pi, 60), np.linspace(0, scale, 12))
     x, y = r * np.cos(u), r * np.sin(u)
     ax.plot_surface(x, y, np.hypot(x, y), alpha=alpha, color=color, linewidth=0)
 
 
-def plot_cone_trajectories(ax, paths, valid=None, colour="start", cone=True, rank_one=None,
-                           view=(20, -112), cmap="viridis", linewidth=1.0, alpha=0.6,
-                           title=None):
+def plot_cone_trajectories(ax: Axes, paths: ArrayLike | Sequence[ArrayLike],
+                           valid: ArrayLike | None = None, colour: str | ArrayLike = "start",
+                           cone: bool = True, rank_one: ArrayLike | None = None,
+                           view: tuple[float, float] = (20, -112), cmap: str = "viridis",
+                           linewidth: float = 1.0, alpha: float = 0.6,
+                           title: str | None = None) -> Axes:
     """Covariance trajectories inside the PSD cone (3-D), like the official ``plot_evolution``.
 
     Parameters
@@ -125,8 +135,10 @@ def plot_cone_trajectories(ax, paths, valid=None, colour="start", cone=True, ran
     return ax
 
 
-def plot_disk_trajectories(ax, paths, valid=None, colour="start", cmap="viridis",
-                           linewidth=1.0, alpha=0.6, title=None):
+def plot_disk_trajectories(ax: Axes, paths: ArrayLike | Sequence[ArrayLike],
+                           valid: ArrayLike | None = None, colour: str | ArrayLike = "start",
+                           cmap: str = "viridis", linewidth: float = 1.0, alpha: float = 0.6,
+                           title: str | None = None) -> Axes:
     """Normalised trajectories :math:`\\Sigma/\\operatorname{tr}\\Sigma` in the unit disk.
 
     Like the official ``plot_evolution_2d``: the unit circle (rank one) is drawn in black.
@@ -154,41 +166,9 @@ def plot_disk_trajectories(ax, paths, valid=None, colour="start", cmap="viridis"
     return ax
 
 
-def plot_ellipses(ax, covs, mean=None, n_max=8, cmap="viridis", scale=1.0, normalise=False):
-    """Covariance ellipses :math:`\\{x: (x-\\alpha)^\\top\\Sigma^{-1}(x-\\alpha) = 1\\}` over time.
-
-    Parameters
-    ----------
-    ax : matplotlib.axes.Axes
-    covs : array_like, shape (T, 2, 2)
-    mean : array_like, shape (2,) or (T, 2), optional
-    n_max : int
-        At most this many ellipses, evenly spaced in the index.
-    normalise : bool
-        Divide each covariance by its trace (shape only).
-    """
-    covs = np.asarray(covs, float)
-    T = covs.shape[0]
-    idx = np.unique(np.linspace(0, T - 1, min(n_max, T)).round().astype(int))
-    means = np.zeros((T, 2)) if mean is None else np.broadcast_to(np.asarray(mean, float), (T, 2))
-    cols = plt.get_cmap(cmap)(np.linspace(0, 1, idx.size))
-    r = 0.0
-    for c, i in zip(cols, idx):
-        S = covs[i] / np.trace(covs[i]) if normalise else covs[i]
-        lam, U = np.linalg.eigh(S)
-        lam = np.clip(lam, 0.0, None)
-        w, h = 2 * scale * np.sqrt(lam[::-1])
-        angle = np.degrees(np.arctan2(U[1, 1], U[0, 1]))
-        ax.add_patch(Ellipse(means[i], w, h, angle=angle, fill=False, color=c, linewidth=1.2))
-        r = max(r, w / 2 + np.abs(means[i]).max())
-    r = max(r, 1e-3) * 1.1
-    ax.set_xlim(-r, r)
-    ax.set_ylim(-r, r)
-    ax.set_aspect("equal")
-    return ax
-
-
-def plot_rank_histograms(fig, ranks, rows, dims=(3, 4, 5), predicted=None, title=None):
+def plot_rank_histograms(fig: Figure, ranks: dict, rows: Sequence[str],
+                         dims: Sequence[int] = (3, 4, 5), predicted: dict | None = None,
+                         title: str | None = None) -> np.ndarray:
     """A grid of rank histograms (rows × dimensions), like the official ``histograms_*.pdf``.
 
     Parameters

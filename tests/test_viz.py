@@ -1,0 +1,94 @@
+"""The figure helpers (tpde_lib.viz): one ellipse plotter, checked inputs, no silent wrapping."""
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from tpde_lib.particles import Trajectory
+from tpde_lib.viz.clouds import cloud_panels, common_limits, plot_paths
+from tpde_lib.viz.ellipses import draw_ellipses, ellipse_points
+
+
+def new_axes():
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def test_ellipse_points_lie_on_the_quadratic_form_level_set():
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((3, 3))
+    S = B @ B.T + 0.1 * np.eye(3)
+    m = rng.standard_normal(3)
+    pts = ellipse_points(m, S, n_std=1.5, dims=(2, 0))
+    block = S[np.ix_([2, 0], [2, 0])]
+    r = pts - m[[2, 0]]
+    q = np.einsum("ni,ij,nj->n", r, np.linalg.inv(block), r)
+    assert np.allclose(q, 1.5 ** 2, rtol=1e-12)          # (x-a)^T S^-1 (x-a) = n_std^2
+
+
+def test_draw_ellipses_subsamples_normalises_and_centres():
+    covs = np.array([np.diag([1.0 + k, 1.0]) for k in range(10)])
+    means = np.arange(20.0).reshape(10, 2)
+    _, ax = new_axes()
+    lines = draw_ellipses(ax, covs, means, n_std=1.0, n_max=4, normalise=True)
+    assert len(lines) == 4
+    for line, k in zip(lines, [0, 3, 6, 9]):             # evenly spaced, ends included
+        xy = line.get_xydata() - means[k]
+        S = covs[k] / np.trace(covs[k])
+        q = np.einsum("ni,ij,nj->n", xy, np.linalg.inv(S), xy)
+        assert np.allclose(q, 1.0, rtol=1e-12)
+    assert len(draw_ellipses(ax, covs)) == 10             # default: every one, at the origin
+
+
+@pytest.mark.parametrize("covs, match", [
+    (np.array([[[1.0, 0.0], [0.0, -0.5]]]), "covs must be positive semi-definite"),
+    (np.array([[[1.0, 0.5], [0.0, 1.0]]]), "covs must be symmetric"),
+    (np.array([[[1.0, np.nan], [np.nan, 1.0]]]), "covs must be finite"),
+    (np.eye(2), r"covs must have shape \(T, d, d\)"),
+])
+def test_draw_ellipses_refuses_what_is_not_a_covariance(covs, match):
+    _, ax = new_axes()
+    with pytest.raises(ValueError, match=match):
+        draw_ellipses(ax, covs)
+    assert not ax.lines                                   # nothing drawn before the error
+
+
+def test_ellipse_checks_name_their_argument():
+    with pytest.raises(ValueError, match="cov must be positive semi-definite"):
+        ellipse_points([0, 0], [[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(ValueError, match="mean must"):
+        ellipse_points([0, 0, 0], np.eye(2))
+    with pytest.raises(ValueError, match="dims"):
+        ellipse_points([0, 0], np.eye(2), dims=(0, 2))
+    _, ax = new_axes()
+    with pytest.raises(ValueError, match="means must"):
+        draw_ellipses(ax, np.array([np.eye(2)] * 3), means=np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="positive trace"):
+        draw_ellipses(ax, np.zeros((1, 2, 2)), normalise=True)
+
+
+def trajectory(T=4, n=5):
+    pts = np.random.default_rng(1).standard_normal((T, n, 2))
+    return Trajectory(times=np.arange(T, dtype=float), points=pts,
+                      weights=np.full(n, 1 / n), positions=np.zeros(n))
+
+
+@pytest.mark.parametrize("k", [4, -5, 100])
+def test_time_indices_out_of_range_raise_instead_of_wrapping(k):
+    tr = trajectory()
+    fig, ax = new_axes()
+    with pytest.raises(ValueError, match="out of range"):
+        cloud_panels(fig, [tr], k=k)
+    with pytest.raises(ValueError, match="upto"):
+        plot_paths(ax, tr, upto=k)
+    with pytest.raises(ValueError, match="k = "):
+        common_limits([tr], k=k)
+
+
+def test_negative_indices_count_from_the_end():
+    tr = trajectory()
+    fig, _ = new_axes()
+    (ax,) = cloud_panels(fig, [tr], k=-1, paths=False)
+    assert np.allclose(ax.collections[0].get_offsets(), tr.points[-1])

@@ -17,15 +17,22 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.integrate import RK45
 
 from ._checks import as_count, as_float_array, as_positive, as_times
 from .attention._threads import _blas_one_thread
 
 __all__ = ["BatchSolution", "STATUSES", "solve_batch"]
 
-_A, _B, _C, _E = RK45.A, RK45.B, RK45.C, RK45.E   # scipy's Dormand-Prince tableau
-_ORDER = RK45.error_estimator_order
+
+
+def _tableau():
+    """scipy's Dormand-Prince tableau (A, B, C, E, error order), imported on first use.
+
+    ``scipy.integrate`` takes about 0.3 s to import; ``import tpde_lib`` does not pay it.
+    """
+    from scipy.integrate import RK45
+
+    return RK45.A, RK45.B, RK45.C, RK45.E, RK45.error_estimator_order
 _SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
 
 
@@ -153,6 +160,7 @@ def _checked(f, t, y, idx):
 
 
 def _solve(f, y, times, rtol, atol, max_steps, stop):
+    _A, _B, _C, _E, _ORDER = _tableau()
     """The step loop of :func:`solve_batch` (arguments validated)."""
     B, n = y.shape
     T = times.size

@@ -19,7 +19,6 @@ from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.integrate import DOP853, RK23, RK45
 
 from ._checks import (
     as_choice,
@@ -42,7 +41,13 @@ _MULTIPLE_RTOL = 1e-9
 #: default cap on the number of steps of one ``simulate`` call (all intervals together); an
 #: adaptive step costs about ten field evaluations and more Python overhead, hence its lower cap
 MAX_STEPS = {"euler": 100_000, "rk4": 100_000, "adaptive": 10_000}
-_IVP_METHODS = {"DOP853": DOP853, "RK45": RK45, "RK23": RK23}
+_IVP_METHODS = ("DOP853", "RK45", "RK23")   # scipy.integrate's solvers, imported when used
+
+
+def _ivp_solver(name):
+    import scipy.integrate  # about 0.3 s to import: only when an adaptive run asks for it
+
+    return getattr(scipy.integrate, name)
 
 
 class HasVelocity(Protocol):
@@ -245,7 +250,7 @@ def simulate(att: Attention | HasVelocity, mu0: Empirical | np.ndarray, times: A
     if h is not None:
         h = as_positive("h", h)
     rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
-    ivp_method = as_choice("ivp_method", ivp_method, tuple(_IVP_METHODS))
+    ivp_method = as_choice("ivp_method", ivp_method, _IVP_METHODS)
     on_blowup = as_choice("on_blowup", on_blowup, ("raise", "stop"))
     max_steps = MAX_STEPS[method] if max_steps is None else as_count("max_steps", max_steps, 1)
     shape = mu0.points.shape
@@ -264,7 +269,7 @@ def simulate(att: Attention | HasVelocity, mu0: Empirical | np.ndarray, times: A
     if times.size > 1 and method == "adaptive":
         filled = [1]
         try:
-            _adaptive(field, out, times, rtol, atol, _IVP_METHODS[ivp_method], filled, max_steps)
+            _adaptive(field, out, times, rtol, atol, _ivp_solver(ivp_method), filled, max_steps)
         except FloatingPointError:
             if on_blowup == "raise":
                 raise

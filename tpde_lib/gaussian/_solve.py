@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.integrate import solve_ivp
 
 from .._checks import as_covariance, as_float_array, as_positive, as_times
 from ..attention import Attention
@@ -54,6 +53,12 @@ _RICCATI_RATIO = 1e-3  # remaining-time estimate / elapsed time below which q bl
 _MAX_GROWTH = 1e8  # default cap on q / q0 (growth beyond it stops the member)
 _ROUNDOFF = 1e-12  # relative level of round-off in eigenvalues
 _METHODS = ("RK45", "DOP853", "RK23", "Radau", "BDF", "LSODA")
+
+
+def _solve_ivp(*args, **kwargs):
+    from scipy.integrate import solve_ivp  # about 0.3 s to import: on the first solve only
+
+    return solve_ivp(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -406,7 +411,7 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
             return q / thr - 1.0
 
         event.terminal, event.direction = True, 1.0
-        sol = solve_ivp(f, (t_start, remaining[-1]), y_start, method=method, t_eval=remaining,
+        sol = _solve_ivp(f, (t_start, remaining[-1]), y_start, method=method, t_eval=remaining,
                         rtol=rtol, atol=atol, events=event, max_step=max_step)
         if sol.status == -1:
             # the step size collapsed: a blow-up faster than the solver can follow is reported

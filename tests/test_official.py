@@ -1,7 +1,7 @@
 """Tests of tpde_lib.official: the authors' settings and draws, their scheme, the histogram
 protocol and its committed cache."""
 
-from types import SimpleNamespace
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,6 +9,7 @@ import pytest
 from tpde_lib import official as of
 from tpde_lib import psd_cone as pc
 from tpde_lib.clustering import predicted_limit_rank
+from tpde_lib.gaussian import covariance_rhs
 
 
 def test_bad_inputs_raise_naming_the_argument():
@@ -132,40 +133,61 @@ def test_histogram_settings_have_the_predicted_structure():
                            of.histogram_setting("softmax", "random", 4).V)
 
 
-def test_histogram_rounds_reproduce_the_sequential_protocol():
-    # a fake Euler whose convergence depends on the (draw, init) pair; the reference is the
-    # official sequential loop written out with plain Python control flow
-    setting = of.histogram_setting("softmax", "identity", 3, n_per_dim=30)
-    setting = of.HistogramSetting(**{**setting.__dict__, "n_max": 45})
-    inits = of.histogram_inits(3, 45)
-    A = setting.parameters()["A"]
-
-    def converges(A_i, S0):
-        return np.trace(S0) > 2.0 + 0.1 * np.trace(A_i)  # arbitrary but deterministic
-
-    def fake_runner(rhs_for, cov0, euler_settings, max_iter):
-        # identify each member's draw through the rhs: rhs(I) = A + A^T for V = I
-        eye = np.broadcast_to(np.eye(3), cov0.shape)
-        Ai = 0.5 * rhs_for(np.arange(len(cov0)))(eye)
-        conv = np.array([converges(a, s) for a, s in zip(Ai, cov0)])
-        return SimpleNamespace(last=cov0, status=np.where(conv, "converged", "max_iter"),
-                               n_steps=np.ones(len(cov0), dtype=int))
-
-    ranks, i, k = [], 0, 0
-    for k in range(45):
-        if converges(0.5 * (A[i] + A[i].T), inits[k]):
-            r = int(np.sum(np.linalg.eigvalsh(inits[k]) > 0.1))
-            if r <= 2:
-                ranks.append(r)
+def _sequential_protocol(setting, n_max):
+    """The retry rule of the authors' ``create_histograms`` as the module documents it, written
+    out with plain control flow and one ``projected_euler`` call per attempt: attempt ``k``
+    runs draw ``i`` from initial condition ``k``; ``i`` advances only when the run converged
+    (a diverged or out-of-iterations run is retried with the next initial condition and the
+    same draw); stop when every draw converged or the ``n_max`` initial conditions are used."""
+    e, n = setting.euler, setting.Q.shape[0]
+    inits = of.histogram_inits(setting.d, n_max)
+    atts = setting.attentions()
+    ok, failed, i, k = [], [], 0, 0
+    while i < n and k < n_max:
+        res = of.projected_euler(covariance_rhs(atts[i]), inits[k], e.h, tol_low=e.tol_low,
+                                 tol_high=e.tol_high, max_iter=e.max_iter)
+        status, steps = str(res.status[0]), int(res.n_steps[0])
+        if status == "converged":
+            rank = int(np.sum(np.linalg.eigvalsh(res.last[0]) > setting.tol_rank))
+            ok.append((k, steps, rank))
             i += 1
-        if i == 30:
-            break
-    for lookahead in (1, 3):  # the batching must not change the result
-        got = of.paper_histogram_ranks(setting, runner=fake_runner, lookahead=lookahead)
-        assert got.ranks.tolist() == ranks
-        assert got.processed == i
-        assert got.attempts == k + 1
-        assert got.failures == k + 1 - i
+        else:
+            failed.append((i, k, status, steps))
+        k += 1
+    return ok, failed, k
+
+
+@pytest.mark.parametrize("window", [1, 3, None])
+def test_protocol_retries_failed_runs_as_the_authors_loop(window):
+    # a budget (at most 400 iterations, trace threshold 8) makes runs fail both ways, so the
+    # retry rule is reached many times (the authors' settings reach it only in a few panels);
+    # the protocol must take exactly the sequential loop's path, whatever the batching
+    base = of.histogram_setting("softmax", "random", 3, n_per_dim=12)
+    setting = dataclasses.replace(base, n_max=40,
+                                  euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0, max_iter=400))
+    ok, failed, attempts = _sequential_protocol(setting, 40)
+    assert {f[2] for f in failed} == {"diverged", "max_iter"}      # both kinds of retry
+    assert any(a[0] == b[0] for a, b in zip(failed, failed[1:]))   # a draw failing twice
+    run = of.paper_histogram_ranks(setting, window=window)
+    assert run.draw_init.tolist() == [k for k, _, _ in ok]
+    assert run.n_steps.tolist() == [steps for _, steps, _ in ok]
+    assert run.euler_rank.tolist() == [rank for _, _, rank in ok]
+    assert list(zip(run.failed_draw.tolist(), run.failed_init.tolist(),
+                    run.failed_status.tolist(), run.failed_steps.tolist())) == failed
+    assert run.attempts == attempts and run.failures == len(failed)
+
+
+def test_protocol_stops_when_the_initial_conditions_run_out():
+    # with 9 initial conditions and runs that fail often, fewer than the 12 draws converge:
+    # the authors' loop ends with the last initial condition, not with the last draw
+    base = of.histogram_setting("softmax", "random", 3, n_per_dim=12)
+    setting = dataclasses.replace(base, euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0,
+                                                               max_iter=400))
+    ok, failed, attempts = _sequential_protocol(setting, 9)
+    run = of.paper_histogram_ranks(setting, n_attempts=9)
+    assert attempts == 9 and len(ok) < 9 and run.processed == len(ok)
+    assert run.draw_init.tolist() == [k for k, _, _ in ok] and run.attempts == 9
+    assert run.failed_init.tolist() == [f[1] for f in failed]
 
 
 def test_chunked_euler_equals_one_uninterrupted_run():
@@ -208,8 +230,6 @@ def test_cached_full_protocol_matches_the_code_on_a_random_subset():
 
 
 def test_cache_check_detects_a_corrupted_entry():
-    import dataclasses
-
     panel = of.load_histogram_cache()[("softmax", "identity", 3)]
     bad = dataclasses.replace(panel, n_steps=panel.n_steps + np.eye(1, panel.n_steps.size, 0,
                                                                       dtype=int)[0])

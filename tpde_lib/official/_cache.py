@@ -105,7 +105,7 @@ def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=pr
             continue
         r = runs.get((variant, V_kind, d))
         if r is None:
-            r = paper_histogram_ranks(s, lookahead=2)
+            r = paper_histogram_ranks(s)
         out[key] = panel_record(s, r)
         if log is not None:
             log(f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "

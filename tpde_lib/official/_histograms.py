@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import as_count, as_instance
 from ..gaussian import covariance_rhs, simulate_gaussian_batch
+from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler
 from ._variants import paper_attention, paper_parameters
 
@@ -198,7 +200,7 @@ class HistogramRun(RankCounts):
     attempts : int
         Initial conditions used (converged plus failed attempts).
     batches : int
-        Batched Euler calls made (the vectorisation; no effect on the result).
+        Times the batch of runs in flight was re-planned (speed only; no effect on the result).
     rank_margin : float
         Smallest distance of a converged iterate's eigenvalue to ``tol_rank``. The authors count
         the rank on the iterate before the last step, we on the one after it; the two differ by at
@@ -229,14 +231,156 @@ class HistogramRun(RankCounts):
         return int(self.finals.shape[-1])
 
 
-def _default_runner(rhs_for, cov0, settings, max_iter):
-    return run_paper_euler(rhs_for, cov0, settings, record_every=10**9, chunk=400,
-                           max_iter=max_iter)
+def _useful(pair, head):
+    """Can ``pair`` (draw, init) still be on the protocol's path, given the head ``(i, k)``?
+
+    Draw ``j > i`` starts at initial condition ``k + (j - i)`` at the earliest (every draw in
+    between converging at its first try), and the failures learnt later only push it further.
+    """
+    (j, kk), (i, k) = pair, head
+    return j >= i and kk >= k + (j - i)
 
 
-def paper_histogram_ranks(setting, runner=None, max_iter=None, n_attempts=None, lookahead=4,
-                          n_draws=None):
-    r"""Run the authors' histogram protocol with their projected Euler scheme, vectorised.
+class _Protocol:
+    """The authors' sequential protocol, run on a batch of runs in flight (see
+    :func:`paper_histogram_ranks`).
+
+    ``table`` holds the finished runs, ``(draw, init) -> (status, n_steps, last)``; the runs in
+    flight are ``pairs`` with their iterates ``S`` and the iteration ``start`` at which each
+    joined (their step count is ``self.clock - start``).
+    """
+
+    def __init__(self, setting, n, n_max, max_iter, window):
+        s = setting
+        self.s, self.n, self.n_max, self.max_iter, self.window = s, n, n_max, max_iter, window
+        self.inits = histogram_inits(s.d, n_max)
+        closures = [a.batched_closure() for a in s.attentions()[:n]]
+        self.rhs_fn = closures[0].rhs
+        per_draw = [tuple(np.asarray(p, dtype=float) for p in cl.params(0.0)) for cl in closures]
+        self.params = [np.stack(vals) for vals in zip(*per_draw)]
+        self.table = {}
+        self.first = {}         # draw -> did the first of its runs to finish fail?
+        self.pairs = []
+        self.S = np.zeros((0, s.d, s.d))
+        self.start = np.zeros(0, dtype=int)
+        self.clock = 0
+        self.batches = 0
+
+    # -- the sequential walk -------------------------------------------------------------
+    def head(self):
+        """The first attempt of the sequential loop whose run is not known, with the number of
+        failures of its draw just before it: ``(i, k, f)``; None when the loop has ended."""
+        i = k = f = 0
+        while i < self.n and k < self.n_max:
+            out = self.table.get((i, k))
+            if out is None:
+                return i, k, f
+            if out[0] == "converged":
+                i, f = i + 1, 0
+            else:
+                f += 1
+            k += 1
+        return None
+
+    def width(self):
+        """Unknown pairs to run ahead of the head: those on the path with a chance >= 1/4 of
+        being needed, the chance that a draw's first run fails estimated from the draws seen so
+        far (prior 0.1 over two draws)."""
+        p = (sum(self.first.values()) + 0.2) / (len(self.first) + 2)
+        w = int(np.ceil(np.log(0.25) / np.log1p(-p)))
+        return max(1, min(w, self.window))
+
+    def plan(self, head):
+        """The unknown pairs to run: a draw that keeps failing is retried on ``2**f``
+        initial conditions at once; otherwise the next pairs of the path on which every
+        unknown run converges."""
+        i, k, f = head
+        if f:
+            return [(i, kk) for kk in range(k, min(k + 2 ** min(f, 6), self.n_max))
+                    if (i, kk) not in self.table]
+        out, j, kk, w = [], i, k, self.width()
+        while j < self.n and kk < self.n_max and len(out) < w:
+            known = self.table.get((j, kk))
+            if known is None:
+                out.append((j, kk))
+            if known is None or known[0] == "converged":
+                j += 1
+            kk += 1
+        return out
+
+    # -- the runs ------------------------------------------------------------------------
+    def _keep(self, rows, new=()):
+        """Keep the runs in flight ``rows`` and start the pairs ``new``."""
+        new = list(new)
+        self.pairs = [self.pairs[m] for m in rows] + new
+        self.S = np.concatenate([self.S[rows], self.inits[[kk for _, kk in new]]])
+        self.start = np.concatenate([self.start[rows], np.full(len(new), self.clock)])
+
+    def advance(self):
+        """Iterate the runs in flight until one of them stops (their iterations are the
+        authors' ``utils.evolution`` ones, with :func:`_psd_projection_verbatim`)."""
+        e, s = self.s.euler, self.s
+        draws = np.array([j for j, _ in self.pairs])
+        P = [p[draws] for p in self.params]
+        mean = np.zeros((draws.size, s.d))
+        until = int((self.start + self.max_iter).min())
+        S = self.S
+        with np.errstate(over="ignore", invalid="ignore"):
+            while True:
+                r = self.rhs_fn(*P, mean, S)[1]
+                norm_r = np.sqrt((r * r).sum(axis=(1, 2)))
+                if not np.isfinite(norm_r).all():
+                    m = int(np.argmax(~np.isfinite(norm_r)))
+                    raise FloatingPointError(
+                        f"paper_histogram_ranks: the rhs is not finite for draw "
+                        f"{self.pairs[m][0]} from initial condition {self.pairs[m][1]} at "
+                        f"iteration {self.clock - self.start[m]}")
+                S = _psd_projection_verbatim(S + e.h * r)
+                self.clock += 1
+                conv = norm_r < e.tol_low
+                div = ~conv & (np.trace(S, axis1=1, axis2=2) > e.tol_high)
+                if conv.any() or div.any() or self.clock == until:
+                    break
+        self.S = S
+        steps = self.clock - self.start
+        status = np.where(conv, "converged", np.where(div, "diverged", "max_iter"))
+        done = conv | div | (steps >= self.max_iter)
+        for m in np.flatnonzero(done):
+            j = self.pairs[m][0]
+            self.table[self.pairs[m]] = (str(status[m]), int(steps[m]), S[m].copy())
+            self.first.setdefault(j, status[m] != "converged")
+        self._keep(np.flatnonzero(~done))
+
+    def run(self):
+        """Walk the sequential loop, running what it needs; the runs that the walk can no
+        longer reach are dropped as soon as that is known."""
+        while (head := self.head()) is not None:
+            rows = [m for m, p in enumerate(self.pairs) if _useful(p, head[:2])]
+            flying = set(self.pairs)
+            self._keep(rows, [p for p in self.plan(head) if p not in flying])
+            self.batches += 1
+            self.advance()
+        return self.walk()
+
+    def walk(self):
+        """The sequential loop's record, read from the finished runs."""
+        i = k = 0
+        ok, fail = [], []
+        while i < self.n and k < self.n_max:
+            status, steps, last = self.table[(i, k)]
+            if status == "converged":
+                ok.append((k, steps, last))
+                i += 1
+            else:
+                fail.append((i, k, steps, status))
+            k += 1
+        return ok, fail, k
+
+
+def paper_histogram_ranks(setting: HistogramSetting, *, max_iter: int | None = None,
+                          n_attempts: int | None = None, n_draws: int | None = None,
+                          window: int | None = None) -> HistogramRun:
+    r"""Run the authors' histogram protocol with their projected Euler scheme.
 
     The official ``create_histograms`` goes through attempts ``k = 0, 1, ...`` with parameter
     index ``i`` (starting at 0) and initial condition ``k`` of :func:`histogram_inits`; ``i``
@@ -245,90 +389,70 @@ def paper_histogram_ranks(setting, runner=None, max_iter=None, n_attempts=None, 
     ``n_max`` initial conditions are used up. A converged limit is counted only if its rank
     (eigenvalues above ``tol_rank``) is at most ``(d + 1) // 2``.
 
-    We reproduce this sequence exactly, computing the runs in batches: draw ``i`` is run from
-    initial condition ``i + s`` where ``s`` is the number of failures before it, so one batch
-    runs the pending draws ``j > i`` at the current shift ``s`` and the ``lookahead - 1`` next
-    ones, and the current draw on the next ``burst`` initial conditions (``burst`` grows by a
-    factor 4 while the same draw keeps failing). The sequential walk then reads the outcomes and
-    asks for a new batch only when a pair is missing. Every run is a run of the authors' scheme
-    from the pair's initial condition, so the result does not depend on the batching.
+    We reproduce this sequence exactly, running several of its runs at once in one batch
+    (every run is a run of the authors' scheme from its pair's initial condition, so the result
+    does not depend on the batching). The first pair of the loop whose run is not known is
+    always run; next to it, the pairs that the loop reaches if every pending run converges
+    (draw ``j`` from initial condition ``j`` + the failures before it), as many as have a chance
+    of at least 1/4 of being needed (the chance that a draw fails, estimated from the draws
+    run so far), and no more than ``window``; a draw that has failed ``f`` times in a row is
+    run on its next ``2**f`` initial conditions at once (at most 64). A run that the loop can
+    no longer reach (a failure before it moved its draw to a later initial condition) is
+    dropped as soon as that is known. The batch is re-planned each time a run stops.
 
     Parameters
     ----------
     setting : HistogramSetting
-    runner : callable, optional
-        ``runner(rhs_for, cov0, euler_settings, max_iter)`` returning an object with ``status``
-        ((B,) str), ``last`` ((B, d, d)) and ``n_steps`` ((B,) int); default
-        :func:`run_paper_euler` (no paths kept).
     max_iter : int, optional
         Override the authors' ``max_iter`` (a budget; say so where used).
     n_attempts : int, optional
         Override the authors' ``n_max`` (number of initial conditions available).
-    lookahead : int
-        Shifts computed per batch (speed only).
     n_draws : int, optional
         Stop after this many draws (the first ones; default all of the setting's).
+    window : int, optional
+        Largest number of pairs run ahead (speed only; default: every pending draw).
 
     Returns
     -------
     HistogramRun
+
+    Raises
+    ------
+    FloatingPointError
+        If a run's right-hand side overflows (names the draw, initial condition, iteration).
+
+    Examples
+    --------
+    The first three draws of the softmax, ``V = I``, ``d = 3`` panel: every run converges
+    at its first try, and the ranks are those of the committed cache.
+
+    >>> from tpde_lib import official as of
+    >>> run = of.paper_histogram_ranks(of.histogram_setting("softmax", "identity", 3),
+    ...                                n_draws=3)
+    >>> run.draw_init.tolist(), run.failures
+    ([0, 1, 2], 0)
+    >>> cached = of.load_histogram_cache()[("softmax", "identity", 3)]
+    >>> run.n_steps.tolist() == cached.n_steps[:3].tolist()
+    True
     """
-    if not isinstance(setting, HistogramSetting):
-        raise TypeError(f"setting must be a HistogramSetting, got {type(setting).__name__}")
-    if not isinstance(lookahead, (int, np.integer)) or lookahead < 1:
-        raise ValueError(f"lookahead must be a positive integer, got {lookahead!r}")
-    runner = _default_runner if runner is None else runner
-    s = setting
-    n = s.Q.shape[0] if n_draws is None else min(int(n_draws), s.Q.shape[0])
-    n_max = s.n_max if n_attempts is None else int(n_attempts)
-    it = s.euler.max_iter if max_iter is None else int(max_iter)
-    inits = histogram_inits(s.d, n_max)
-    atts = s.attentions()
-    table = {}  # (draw, init) -> (status, n_steps, last)
-    batches = 0
-
-    def compute(i0, k0, burst):
-        shift = k0 - i0
-        pairs = [(i0, k0 + m) for m in range(burst)]
-        pairs += [(j, j + sh) for sh in range(shift, shift + lookahead) for j in range(i0 + 1, n)]
-        pairs = [p for p in pairs if p[1] < n_max and p not in table]
-        draws = np.array([p[0] for p in pairs])
-        res = runner(lambda idx: covariance_rhs([atts[b] for b in draws[idx]]),
-                     inits[[p[1] for p in pairs]], s.euler, it)
-        for m, p in enumerate(pairs):
-            table[p] = (str(res.status[m]), int(res.n_steps[m]), np.asarray(res.last[m]))
-
-    i = k = 0
-    ok_init, ok_steps, finals = [], [], []
-    f_draw, f_init, f_steps, f_status = [], [], [], []
-    last_i, burst = -1, lookahead
-    while i < n and k < n_max:
-        if (i, k) not in table:
-            # a draw that keeps failing is retried on many initial conditions at once
-            burst = min(4 * burst, 4096) if i == last_i else lookahead
-            last_i = i
-            compute(i, k, burst)
-            batches += 1
-        status, steps, last = table[(i, k)]
-        if status == "converged":
-            ok_init.append(k)
-            ok_steps.append(steps)
-            finals.append(last)
-            i += 1
-        else:
-            f_draw.append(i)
-            f_init.append(k)
-            f_steps.append(steps)
-            f_status.append(status)
-        k += 1
-    finals = np.array(finals).reshape(-1, s.d, s.d)
+    s = as_instance("setting", setting, HistogramSetting, "a HistogramSetting "
+                    "(from histogram_setting)")
+    n_all = s.Q.shape[0]
+    n = n_all if n_draws is None else as_count("n_draws", n_draws, 1, n_all)
+    n_max = s.n_max if n_attempts is None else as_count("n_attempts", n_attempts, 1)
+    it = s.euler.max_iter if max_iter is None else as_count("max_iter", max_iter, 1)
+    window = n if window is None else as_count("window", window, 1)
+    prot = _Protocol(s, n, n_max, it, window)
+    ok, fail, attempts = prot.run()
+    finals = np.array([last for _, _, last in ok]).reshape(-1, s.d, s.d)
     lam = np.linalg.eigvalsh(finals) if finals.size else np.zeros((0, s.d))
     rank = np.sum(lam > s.tol_rank, axis=-1)
     margin = float(np.abs(lam - s.tol_rank).min()) if lam.size else np.inf
-    as_int = lambda x: np.array(x, dtype=int)  # noqa: E731
-    return HistogramRun(as_int(ok_init), rank, rank <= (s.d + 1) // 2, as_int(ok_steps), finals,
-                        as_int(f_draw), as_int(f_init), as_int(f_steps),
-                        np.array(f_status, dtype=str), k, batches, margin)
+    ints = lambda rows, c: np.array([row[c] for row in rows], dtype=int)  # noqa: E731
+    return HistogramRun(ints(ok, 0), rank, rank <= (s.d + 1) // 2, ints(ok, 1), finals,
+                        ints(fail, 0), ints(fail, 1), ints(fail, 2),
+                        np.array([row[3] for row in fail], dtype=str), attempts,
+                        prot.batches, margin)
 
 
 @dataclass(frozen=True)

@@ -236,3 +236,148 @@ def test_cache_check_detects_a_corrupted_entry():
     assert of.check_cached_histogram(bad, [0]).mismatches
     shifted = dataclasses.replace(panel, draw_init=panel.draw_init + 1)
     assert not of.check_cached_histogram(shifted).pairing_ok
+
+
+# ---------------------------------------------------------------- the input policy
+
+E6 = of.paper_experiment("E6")
+
+
+def _sym_rhs(S):
+    return -S @ S
+
+
+@pytest.mark.parametrize("kwargs, exc, name", [
+    ({"h": 0}, ValueError, "h"), ({"h": -0.1}, ValueError, "h"), ({"h": np.nan}, ValueError, "h"),
+    ({"h": "0.1"}, TypeError, "h"), ({"tol_low": np.nan}, ValueError, "tol_low"),
+    ({"tol_high": -1.0}, ValueError, "tol_high"), ({"max_iter": 0}, ValueError, "max_iter"),
+    ({"max_iter": 10.0}, TypeError, "max_iter"), ({"record_every": 0}, ValueError, "record_every"),
+    ({"cov0": np.full((2, 2), np.nan)}, ValueError, "cov0"),
+    ({"cov0": [[1.0, 2.0], [0.0, 1.0]]}, ValueError, "cov0"),
+    ({"cov0": np.eye(2) + 0j}, TypeError, "cov0"), ({"cov0": "I"}, TypeError, "cov0"),
+    ({"cov0": np.ones((2, 3))}, ValueError, "cov0"), ({"rhs": np.eye(2)}, TypeError, "rhs"),
+])
+def test_projected_euler_rejects_bad_arguments_by_name(kwargs, exc, name):
+    args = {"rhs": _sym_rhs, "cov0": np.eye(2), "h": 0.1, **kwargs}
+    with pytest.raises(exc, match=rf"^{name}\b"):    # the message starts with the name
+        of.projected_euler(args.pop("rhs"), args.pop("cov0"), **args)
+
+
+@pytest.mark.parametrize("bad, exc, what", [
+    (lambda S: (-S @ S).astype(complex), TypeError, "complex"),
+    (lambda S: -S @ S + 1e-3j, TypeError, "complex"),
+    (lambda S: np.trace(S), ValueError, "shape"),
+    (lambda S: (-S @ S)[..., :1], ValueError, "shape"),
+    (lambda S: np.full(S.shape, np.nan), ValueError, "non-finite"),
+    (lambda S: "S", TypeError, "rhs"),
+])
+def test_projected_euler_checks_what_the_rhs_returns(bad, exc, what):
+    # the old code cast a complex rhs to its real part and broadcast a scalar; the error must
+    # name the reader's callable
+    with pytest.raises(exc, match=what) as info:
+        of.projected_euler(bad, np.eye(2), 0.1, max_iter=5)
+    assert str(info.value).startswith("rhs")
+
+
+def test_projected_euler_reports_a_rhs_that_turns_nan_with_its_time():
+    def rhs(S):
+        return np.full(S.shape, np.nan) if S[0, 0, 0] < 0.5 else -S @ S
+    with pytest.raises(ValueError, match=r"rhs returned a non-finite .* iteration \d+ \(t = "):
+        of.projected_euler(rhs, np.eye(2), 0.1, max_iter=100)
+
+
+def test_euler_settings_and_the_runner_reject_bad_arguments_by_name():
+    for kwargs, exc, name in [({"h": np.nan}, ValueError, "h"), ({"h": "0.1"}, TypeError, "h"),
+                              ({"h": 0.1, "tol_low": 0}, ValueError, "tol_low"),
+                              ({"h": 0.1, "max_iter": 1.5}, TypeError, "max_iter"),
+                              ({"h": 0.1, "H": 0}, ValueError, "H")]:
+        with pytest.raises(exc, match=rf"^{name}\b"):
+            of.EulerSettings(**kwargs)
+    st = of.EulerSettings(0.1, max_iter=20)
+    inits = np.eye(2)[None]
+    rhs_for = lambda idx: _sym_rhs  # noqa: E731
+    for kwargs, exc, name in [({"record_every": 0}, ValueError, "record_every"),
+                              ({"chunk": 0}, ValueError, "chunk"),
+                              ({"max_iter": np.nan}, TypeError, "max_iter"),
+                              ({"max_iter": -3}, ValueError, "max_iter")]:
+        with pytest.raises(exc, match=rf"^{name}\b"):
+            of.run_paper_euler(rhs_for, inits, st, **kwargs)
+    with pytest.raises(TypeError, match="settings"):
+        of.run_paper_euler(rhs_for, inits, {"h": 0.1})
+    with pytest.raises(TypeError, match="rhs_for"):
+        of.run_paper_euler(_sym_rhs(np.eye(2)), inits, st)
+    with pytest.raises(TypeError, match="rhs_for must return a callable"):
+        of.run_paper_euler(lambda idx: np.eye(2), inits, st)
+    with pytest.raises(TypeError, match="complex"):
+        of.run_paper_euler(lambda idx: (lambda S: -S @ S + 0j), inits, st)
+
+
+@pytest.mark.parametrize("call, exc, name", [
+    (lambda: of.histogram_inits("3", 4), TypeError, "d"),
+    (lambda: of.histogram_inits(3, 0), ValueError, "n"),
+    (lambda: of.histogram_inits(3, 2.0), TypeError, "n"),
+    (lambda: of.histogram_inits(3, 2, seed=-1), ValueError, "seed"),
+    (lambda: of.histogram_setting("softmax", "identity", 3.0), TypeError, "d"),
+    (lambda: of.histogram_setting("softmax", "identity", 6), ValueError, "d"),
+    (lambda: of.histogram_setting("softmax", "identity", 3, n_per_dim=2.5), TypeError,
+     "n_per_dim"),
+    (lambda: of.histogram_setting("cosine", "identity", 3), ValueError, "variant"),
+    (lambda: of.histogram_setting("softmax", "orthogonal", 3), ValueError, "V_kind"),
+    (lambda: of.paper_histogram_ranks("softmax"), TypeError, "setting"),
+    (lambda: of.paper_histogram_ranks(SMALL, max_iter=0), ValueError, "max_iter"),
+    (lambda: of.paper_histogram_ranks(SMALL, max_iter=np.nan), TypeError, "max_iter"),
+    (lambda: of.paper_histogram_ranks(SMALL, n_draws=5), ValueError, "n_draws"),
+    (lambda: of.paper_histogram_ranks(SMALL, n_attempts="9"), TypeError, "n_attempts"),
+    (lambda: of.paper_histogram_ranks(SMALL, window=0), ValueError, "window"),
+    (lambda: of.histogram_euler_budget(SMALL, max_iter=0.5), TypeError, "max_iter"),
+    (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0.5, 1.0]), TypeError,
+     "init_index"),
+    (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0]), ValueError, "init_index"),
+    (lambda: of.histogram_accurate(SMALL, horizon=-1.0), ValueError, "horizon"),
+    (lambda: of.histogram_accurate(SMALL, rtol=np.nan), ValueError, "rtol"),
+    (lambda: of.paired_ranks(np.ones((2, 3)), np.ones((2, 2, 2))), ValueError, "limits"),
+    (lambda: of.paired_ranks(np.ones((2, 2)), np.full((2, 2, 2), np.nan)), ValueError, "limits"),
+    (lambda: of.paired_ranks(np.ones((1, 2)), np.eye(2)[None], tol_rank=0), ValueError,
+     "tol_rank"),
+    (lambda: of.paper_parameters(np.eye(2), np.eye(2), np.eye(2), "softmax", H="2"), TypeError,
+     "H"),
+    (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), "L2", H=0), ValueError, "H"),
+    (lambda: of.paper_attention(np.eye(2), np.eye(2), np.full((2, 2), np.nan), "softmax"),
+     ValueError, "V"),
+    (lambda: of.paper_attention("Q", np.eye(2), np.eye(2), "softmax"), TypeError, "Q"),
+    (lambda: of.paper_attention(np.eye(2), np.eye(2), np.eye(3), "softmax"), ValueError, "V"),
+    (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), ["softmax"]), ValueError, "variant"),
+    (lambda: of.load_histogram_cache(3), TypeError, "path"),
+    (lambda: of.check_cached_histogram("panel"), TypeError, "panel"),
+    (lambda: of.HistogramSetting("softmax", "identity", 2, np.ones((1, 1, 3)), np.ones((1, 1, 3)),
+                                 np.ones((1, 2, 2)), of.EulerSettings(0.1), 10), ValueError, "Q"),
+])
+def test_official_helpers_reject_bad_arguments_by_name(call, exc, name):
+    with pytest.raises(exc, match=rf"^{name}\b"):    # the message starts with the name
+        call()
+
+
+SMALL = of.histogram_setting("softmax", "identity", 3, n_per_dim=2)
+
+
+def test_load_histogram_cache_names_a_file_that_is_not_a_cache(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a histogram cache"):
+        of.load_histogram_cache(bad)
+    bad.write_text('{"softmax/identity/3": {"settings": 3}}')
+    with pytest.raises(ValueError, match="softmax/identity/3"):
+        of.load_histogram_cache(bad)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        of.load_histogram_cache(bad)
+
+
+def test_check_cached_histogram_rejects_out_of_range_entries():
+    panel = of.load_histogram_cache()[("softmax", "identity", 3)]
+    with pytest.raises(IndexError, match="draws"):
+        of.check_cached_histogram(panel, draws=[100])
+    with pytest.raises(IndexError, match="failed"):
+        of.check_cached_histogram(panel, failed=[0])    # this panel has no failed attempt
+    with pytest.raises(TypeError, match="draws"):
+        of.check_cached_histogram(panel, draws=[0.5])

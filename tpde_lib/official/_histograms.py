@@ -10,8 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._checks import as_count, as_instance
+from .._checks import (
+    as_choice,
+    as_count,
+    as_float_array,
+    as_instance,
+    as_positive,
+    as_seed,
+)
 from ..gaussian import covariance_rhs, simulate_gaussian_batch
 from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler
@@ -51,6 +59,19 @@ class HistogramSetting:
     n_max: int
     tol_rank: float = 1e-1
 
+    def __post_init__(self):
+        as_choice("variant", self.variant, ("softmax", "L2"))
+        as_choice("V_kind", self.V_kind, ("identity", "random"))
+        d = as_count("d", self.d, 1)
+        Q = as_float_array("Q", self.Q, ndim=3)
+        if Q.shape[-1] != d:
+            raise ValueError(f"Q must have shape (n, k, {d}), got {Q.shape}")
+        as_float_array("K", self.K, shape=Q.shape)
+        as_float_array("V", self.V, shape=(Q.shape[0], d, d))
+        as_instance("euler", self.euler, EulerSettings, "an EulerSettings")
+        as_count("n_max", self.n_max, 1)
+        as_positive("tol_rank", self.tol_rank)
+
     def parameters(self):
         """Batched :func:`paper_parameters` (leading axis: the ``n`` draws)."""
         return paper_parameters(self.Q, self.K, self.V, self.variant)
@@ -60,7 +81,7 @@ class HistogramSetting:
         return paper_attention(self.Q, self.K, self.V, self.variant)
 
 
-def histogram_setting(variant, V_kind, d, n_per_dim=100):
+def histogram_setting(variant: str, V_kind: str, d: int, n_per_dim: int = 100) -> HistogramSetting:
     r"""The authors' parameters for one histogram panel, with their legacy draws.
 
     Legacy global-generator draws on purpose (they reproduce the authors' matrices; the global
@@ -89,16 +110,22 @@ def histogram_setting(variant, V_kind, d, n_per_dim=100):
     Returns
     -------
     HistogramSetting
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tpde_lib.official import histogram_setting
+    >>> s = histogram_setting("softmax", "random", 4, n_per_dim=10)
+    >>> s.Q.shape, s.V.shape, s.euler.h, s.n_max
+    ((10, 2, 4), (10, 4, 4), 0.06, 10000)
+    >>> bool(np.array_equal(s.K, -s.Q)), bool(np.all(np.linalg.eigvalsh(s.V) > 0))
+    (True, True)
     """
-    if variant not in ("softmax", "L2"):
-        raise ValueError(f"variant must be 'softmax' or 'L2', got {variant!r}")
-    if V_kind not in ("identity", "random"):
-        raise ValueError(f"V_kind must be 'identity' or 'random', got {V_kind!r}")
+    as_choice("variant", variant, ("softmax", "L2"))
+    as_choice("V_kind", V_kind, ("identity", "random"))
     dims = (3, 4, 5)
-    if d not in dims:
-        raise ValueError(f"d must be 3, 4 or 5, got {d!r}")
-    if not 1 <= n_per_dim <= 100:
-        raise ValueError(f"n_per_dim must be in 1..100, got {n_per_dim!r}")
+    d = as_count("d", d, 3, 5)
+    n_per_dim = as_count("n_per_dim", n_per_dim, 1, 100)
     j = dims.index(d)
     state = np.random.get_state()  # noqa: NPY002 (authors' legacy stream)
     try:
@@ -124,17 +151,43 @@ def histogram_setting(variant, V_kind, d, n_per_dim=100):
                             EulerSettings(steps[j], tol, max_iter=max_iter), n_max)
 
 
-def histogram_inits(d, n, seed=41):
+def histogram_inits(d: int, n: int, seed: int = 41) -> np.ndarray:
     r"""The authors' initial covariances :math:`\Sigma_0 = G G^\top`, ``G = randn(d, d)``.
 
     ``create_histograms`` calls ``np.random.seed(41)`` at the start of each dimension and draws
     one ``G`` per attempt; the ``i``-th attempt uses the ``i``-th matrix. Legacy global-generator
     draws on purpose (reproduction of the authors' stream; the global state is restored).
 
+    Parameters
+    ----------
+    d : int
+        Dimension (>= 1).
+    n : int
+        Number of initial conditions (>= 1).
+    seed : int
+        The legacy seed (the authors' 41).
+
     Returns
     -------
     ndarray, shape (n, d, d)
+
+    Examples
+    --------
+    The ``i``-th covariance is ``G G^T`` for the ``i``-th ``randn(d, d)`` after
+    ``np.random.seed(41)``, and drawing more keeps the first ones:
+
+    >>> import numpy as np
+    >>> from tpde_lib.official import histogram_inits
+    >>> S = histogram_inits(3, 5)
+    >>> S.shape
+    (5, 3, 3)
+    >>> np.random.seed(41); G = np.random.randn(3, 3)
+    >>> bool(np.array_equal(S[0], G @ G.T)), bool(np.array_equal(histogram_inits(3, 2), S[:2]))
+    (True, True)
     """
+    d = as_count("d", d, 1)
+    n = as_count("n", n, 1)
+    seed = as_seed("seed", seed)
     state = np.random.get_state()  # noqa: NPY002 (authors' legacy stream)
     try:
         np.random.seed(seed)  # noqa: NPY002 (authors' legacy stream)
@@ -317,32 +370,35 @@ class _Protocol:
         self.start = np.concatenate([self.start[rows], np.full(len(new), self.clock)])
 
     def advance(self):
-        """Iterate the runs in flight until one of them stops (their iterations are the
-        authors' ``utils.evolution`` ones, with :func:`_psd_projection_verbatim`)."""
+        """Iterate the runs in flight until one of them stops (the iterations of
+        :func:`projected_euler`: the same right-hand side, projection and tests, so the same
+        bits; the stopping tests are read from the batch's extreme values)."""
         e, s = self.s.euler, self.s
+        h, tol_low, tol_high = e.h, e.tol_low, e.tol_high
         draws = np.array([j for j, _ in self.pairs])
         P = [p[draws] for p in self.params]
         mean = np.zeros((draws.size, s.d))
-        until = int((self.start + self.max_iter).min())
-        S = self.S
+        clock, until = self.clock, int((self.start + self.max_iter).min())
+        S, rhs_fn = self.S, self.rhs_fn
         with np.errstate(over="ignore", invalid="ignore"):
             while True:
-                r = self.rhs_fn(*P, mean, S)[1]
+                r = rhs_fn(*P, mean, S)[1]
                 norm_r = np.sqrt((r * r).sum(axis=(1, 2)))
-                if not np.isfinite(norm_r).all():
+                if not norm_r.max() < np.inf:
                     m = int(np.argmax(~np.isfinite(norm_r)))
                     raise FloatingPointError(
                         f"paper_histogram_ranks: the rhs is not finite for draw "
                         f"{self.pairs[m][0]} from initial condition {self.pairs[m][1]} at "
-                        f"iteration {self.clock - self.start[m]}")
-                S = _psd_projection_verbatim(S + e.h * r)
-                self.clock += 1
-                conv = norm_r < e.tol_low
-                div = ~conv & (np.trace(S, axis1=1, axis2=2) > e.tol_high)
-                if conv.any() or div.any() or self.clock == until:
+                        f"iteration {clock - self.start[m]}")
+                S = _psd_projection_verbatim(S + h * r)
+                trace = S.trace(axis1=1, axis2=2)
+                clock += 1
+                if norm_r.min() < tol_low or trace.max() > tol_high or clock == until:
                     break
-        self.S = S
-        steps = self.clock - self.start
+        self.S, self.clock = S, clock
+        conv = norm_r < tol_low
+        div = ~conv & (trace > tol_high)
+        steps = clock - self.start
         status = np.where(conv, "converged", np.where(div, "diverged", "max_iter"))
         done = conv | div | (steps >= self.max_iter)
         for m in np.flatnonzero(done):
@@ -479,12 +535,25 @@ class EulerBudgetRun:
 def _draw_inits(setting, n_draws, init_index):
     """The number ``n`` of draws run and their initial covariances, shape (n, d, d): draw ``i``
     starts from initial condition ``init_index[i]`` (default ``i``)."""
-    n = setting.Q.shape[0] if n_draws is None else int(n_draws)
-    idx = np.arange(n) if init_index is None else np.asarray(init_index, dtype=int)[:n]
+    as_instance("setting", setting, HistogramSetting, "a HistogramSetting (from histogram_setting)")
+    n_all = setting.Q.shape[0]
+    n = n_all if n_draws is None else as_count("n_draws", n_draws, 1, n_all)
+    if init_index is None:
+        idx = np.arange(n)
+    else:
+        raw = np.asarray(init_index)
+        if raw.dtype.kind not in "iu" or raw.ndim != 1:
+            raise TypeError(f"init_index must be a 1-D array of integers, got dtype {raw.dtype} "
+                            f"and shape {raw.shape}")
+        if raw.size < n or (raw.size and raw.min() < 0):
+            raise ValueError(f"init_index must hold at least n_draws = {n} indices >= 0, got "
+                             f"{raw.size} (min {raw.min() if raw.size else None})")
+        idx = raw[:n].astype(int)
     return n, histogram_inits(setting.d, int(idx.max()) + 1)[idx]
 
 
-def histogram_euler_budget(setting, max_iter, n_draws=None, init_index=None):
+def histogram_euler_budget(setting: HistogramSetting, max_iter: int, n_draws: int | None = None,
+                           init_index: ArrayLike | None = None) -> EulerBudgetRun:
     r"""The authors' Euler runs for a histogram panel, one run per draw, on a budget.
 
     Draw ``i`` is run from initial condition ``init_index[i]`` (default ``i``, the authors'
@@ -496,6 +565,7 @@ def histogram_euler_budget(setting, max_iter, n_draws=None, init_index=None):
     """
     s = setting
     n, inits = _draw_inits(s, n_draws, init_index)
+    max_iter = as_count("max_iter", max_iter, 1)
     atts = s.attentions()[:n]
     res = run_paper_euler(lambda m: covariance_rhs([atts[b] for b in m]), inits, s.euler,
                           record_every=10**9, chunk=400, max_iter=max_iter)
@@ -523,8 +593,9 @@ class AccurateLimits:
     ranks: np.ndarray
 
 
-def histogram_accurate(setting, horizon=1e3, n_draws=None, init_index=None, rtol=1e-6,
-                       atol=1e-9):
+def histogram_accurate(setting: HistogramSetting, horizon: float = 1e3, n_draws: int | None = None,
+                       init_index: ArrayLike | None = None, rtol: float = 1e-6,
+                       atol: float = 1e-9) -> AccurateLimits:
     r"""Accurate covariances at time ``horizon`` for the draws of a histogram panel.
 
     Draw ``i`` is integrated from initial condition ``init_index[i]`` (default ``i``) of
@@ -538,6 +609,8 @@ def histogram_accurate(setting, horizon=1e3, n_draws=None, init_index=None, rtol
     """
     s = setting
     n, inits = _draw_inits(s, n_draws, init_index)
+    horizon = as_positive("horizon", horizon)
+    rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
     batch = simulate_gaussian_batch(s.attentions()[:n], inits, np.array([0.0, horizon]),
                                     rtol=rtol, atol=atol)
     cov = batch.cov[:, -1]
@@ -576,7 +649,8 @@ class PairedRanks:
     top_ratio: np.ndarray
 
 
-def paired_ranks(euler_eigenvalues, limits, tol_rank=0.1):
+def paired_ranks(euler_eigenvalues: ArrayLike, limits: ArrayLike,
+                 tol_rank: float = 0.1) -> PairedRanks:
     r"""Compare, draw by draw, the authors' Euler limits with accurate limits.
 
     Parameters
@@ -591,10 +665,12 @@ def paired_ranks(euler_eigenvalues, limits, tol_rank=0.1):
     -------
     PairedRanks
     """
-    lam_e = np.asarray(euler_eigenvalues, dtype=float)
-    lam_x = np.linalg.eigvalsh(np.asarray(limits, dtype=float))
-    if lam_e.shape != lam_x.shape:
-        raise ValueError(f"euler_eigenvalues has shape {lam_e.shape}, limits give {lam_x.shape}")
+    lam_e = as_float_array("euler_eigenvalues", euler_eigenvalues, ndim=2)
+    cov = as_float_array("limits", limits, shape=(lam_e.shape[0], lam_e.shape[1], lam_e.shape[1]))
+    if not np.allclose(cov, np.swapaxes(cov, -1, -2), rtol=1e-8, atol=0):
+        raise ValueError("limits must be symmetric matrices (covariances)")
+    tol_rank = as_positive("tol_rank", tol_rank)
+    lam_x = np.linalg.eigvalsh(cov)
     exact = np.sum(lam_x > 1e-8 * np.maximum(1.0, lam_x[:, -1:]), axis=1)
     thr = np.sum(lam_x > tol_rank, axis=1)
     eul = np.sum(lam_e > tol_rank, axis=1)

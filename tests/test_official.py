@@ -381,3 +381,18 @@ def test_check_cached_histogram_rejects_out_of_range_entries():
         of.check_cached_histogram(panel, failed=[0])    # this panel has no failed attempt
     with pytest.raises(TypeError, match="draws"):
         of.check_cached_histogram(panel, draws=[0.5])
+
+
+@pytest.mark.parametrize("variant", ["softmax", "L2"])
+def test_protocol_rhs_is_the_closure_bit_for_bit(variant):
+    # the protocol evaluates the covariance part of the closure without its mean ODE; the
+    # committed cache was computed with the closure, so the two must agree exactly
+    from tpde_lib.official._histograms import _covariance_only
+
+    s = of.histogram_setting(variant, "random", 5, n_per_dim=7)
+    closures = [a.batched_closure() for a in s.attentions()]
+    P = [np.stack(v) for v in zip(*(tuple(np.asarray(p, dtype=float) for p in cl.params(0.0))
+                                     for cl in closures))]
+    S = of.histogram_inits(5, 7) * np.linspace(0.01, 30, 7)[:, None, None]
+    want = closures[0].rhs(*P, np.zeros((7, 5)), S)[1]
+    assert np.array_equal(_covariance_only(closures[0].rhs, P, 5)(S), want)

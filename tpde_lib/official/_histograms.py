@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .. import gaussian_odes
 from .._checks import (
     as_choice,
     as_count,
@@ -20,7 +21,6 @@ from .._checks import (
     as_positive,
     as_seed,
 )
-from .. import gaussian_odes
 from ..gaussian import covariance_rhs, simulate_gaussian_batch
 from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler

@@ -348,6 +348,8 @@ def test_euler_settings_and_the_runner_reject_bad_arguments_by_name():
     (lambda: of.paper_attention(np.eye(2), np.eye(2), np.eye(3), "softmax"), ValueError, "V"),
     (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), ["softmax"]), ValueError, "variant"),
     (lambda: of.load_histogram_cache(3), TypeError, "path"),
+    (lambda: E6.euler("sinkhorn"), ValueError, "variant"),      # E6 has no Sinkhorn run
+    (lambda: E6.euler("softmax", record_every=0), ValueError, "record_every"),
     (lambda: of.check_cached_histogram("panel"), TypeError, "panel"),
     (lambda: of.HistogramSetting("softmax", "identity", 2, np.ones((1, 1, 3)), np.ones((1, 1, 3)),
                                  np.ones((1, 2, 2)), of.EulerSettings(0.1), 10), ValueError, "Q"),

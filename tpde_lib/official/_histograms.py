@@ -1,8 +1,11 @@
 r"""The authors' rank-histogram experiment (the official ``histograms.py``), exactly.
 
-Draws (legacy seeds), step sizes, stopping rules, the retry rule and the rank count of the
-released code, run vectorised (:func:`paper_histogram_ranks`); and, for comparison, accurate
-limits of the same draws from the same initial conditions (:func:`histogram_accurate`).
+:func:`histogram_setting` (the draws with the legacy seeds, the step sizes and stopping rules of
+each panel) and :func:`histogram_inits` (the initial covariances); :func:`paper_histogram_ranks`
+(the sequential protocol with its retry rule, several of its runs in flight at once, and its
+rank count); and, for comparison, runs on a step budget (:func:`histogram_euler_budget`),
+accurate limits of the same draws from the same initial conditions
+(:func:`histogram_accurate`) and their draw-by-draw comparison (:func:`paired_ranks`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .._checks import (
     as_positive,
     as_seed,
 )
+from ..attention import Attention
 from ..gaussian import covariance_rhs, simulate_gaussian_batch
 from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler
@@ -73,11 +77,11 @@ class HistogramSetting:
         as_count("n_max", self.n_max, 1)
         as_positive("tol_rank", self.tol_rank)
 
-    def parameters(self):
+    def parameters(self) -> dict:
         """Batched :func:`paper_parameters` (leading axis: the ``n`` draws)."""
         return paper_parameters(self.Q, self.K, self.V, self.variant)
 
-    def attentions(self):
+    def attentions(self) -> list[Attention]:
         """The ``n`` attentions of the draws (:func:`paper_attention`)."""
         return paper_attention(self.Q, self.K, self.V, self.variant)
 
@@ -205,26 +209,26 @@ class RankCounts:
     dimension ``d``."""
 
     @property
-    def ranks(self):
+    def ranks(self) -> np.ndarray:
         """The ranks of the authors' histogram (converged, rank at most ``(d + 1) // 2``)."""
         return self.euler_rank[self.counted]
 
     @property
-    def exceptions(self):
+    def exceptions(self) -> int:
         """Converged limits of too high a rank (excluded by the authors)."""
         return int(np.sum(~self.counted))
 
     @property
-    def failures(self):
+    def failures(self) -> int:
         """Attempts that did not converge (retried with the next initial condition)."""
         return int(self.failed_draw.size)
 
     @property
-    def diverged(self):
+    def diverged(self) -> int:
         """Failed attempts stopped by the trace threshold."""
         return int(np.sum(self.failed_status == "diverged"))
 
-    def counts(self):
+    def counts(self) -> np.ndarray:
         """Rank counts ``[#rank 0, ..., #rank d]`` of the authors' histogram, shape (d + 1,)."""
         return np.bincount(self.ranks, minlength=self.d + 1)
 
@@ -275,12 +279,12 @@ class HistogramRun(RankCounts):
     rank_margin: float
 
     @property
-    def processed(self):
+    def processed(self) -> int:
         """Number of parameter draws whose run converged (the authors stop at ``n``)."""
         return int(self.draw_init.size)
 
     @property
-    def d(self):
+    def d(self) -> int:
         """The dimension."""
         return int(self.finals.shape[-1])
 

@@ -14,7 +14,8 @@ runs
 
 It prints, per panel, the CPU time (``time.process_time``: this machine is shared, so wall
 times are printed too but the CPU time is the comparison) of both, their ratio, the Euler
-iterations the protocol needs, and whether the authors' loop took the same path (its rhs is
+iterations the protocol needs, the iterations the library computed (dropped speculative runs
+included) over those needed, and whether the authors' loop took the same path (its rhs is
 evaluated by other formulas, so a run may differ in the last bits; the library's run is the
 one checked against the cache).
 
@@ -138,10 +139,11 @@ def main():
         run, c_ours, w_ours = _timed(lambda: of.paper_histogram_ranks(s))  # noqa: B023
         iterations = int(panel.n_steps.sum() + panel.failed_steps.sum())
         same = _same_as_cache(run, panel)
+        spec = f"work {run.work / iterations:.2f}x needed"
         if args.ours_only:
             print(f"{'/'.join(map(str, key)):22s} {iterations:10d} {c_ours:8.1f}s {'':>11s} "
-                  f"{'':>6s} {w_ours:8.1f}s {'':>12s}  cache {'equal' if same else 'DIFFERS'}",
-                  flush=True)
+                  f"{'':>6s} {w_ours:8.1f}s {'':>12s}  cache {'equal' if same else 'DIFFERS'}; "
+                  f"{spec}", flush=True)
             tot += (c_ours, 0, w_ours, 0)
             continue
         (path, ranks, its), c_auth, w_auth = _timed(lambda: authors_loop(s))  # noqa: B023
@@ -150,7 +152,7 @@ def main():
             f"path differs ({sum(a == b for a, b in zip(path, want))}/{len(want)} attempts equal)")
         print(f"{'/'.join(map(str, key)):22s} {iterations:10d} {c_ours:8.1f}s {c_auth:10.1f}s "
               f"{c_auth / c_ours:6.2f} {w_ours:8.1f}s {w_auth:11.1f}s  cache "
-              f"{'equal' if same else 'DIFFERS'}; authors' loop: {agree}", flush=True)
+              f"{'equal' if same else 'DIFFERS'}; {spec}; authors' loop: {agree}", flush=True)
         tot += (c_ours, c_auth, w_ours, w_auth)
     print(f"{'total':22s} {'':10s} {tot[0]:8.1f}s {tot[1]:10.1f}s "
           f"{tot[1] / tot[0] if tot[1] else np.nan:6.2f} {tot[2]:8.1f}s {tot[3]:11.1f}s")

@@ -175,6 +175,7 @@ def test_protocol_retries_failed_runs_as_the_authors_loop(window):
     assert list(zip(run.failed_draw.tolist(), run.failed_init.tolist(),
                     run.failed_status.tolist(), run.failed_steps.tolist())) == failed
     assert run.attempts == attempts and run.failures == len(failed)
+    assert run.work >= sum(steps for _, steps, _ in ok) + sum(f[3] for f in failed)
 
 
 def test_protocol_stops_when_the_initial_conditions_run_out():
@@ -398,3 +399,10 @@ def test_protocol_rhs_is_the_closure_bit_for_bit(variant):
     S = of.histogram_inits(5, 7) * np.linspace(0.01, 30, 7)[:, None, None]
     want = closures[0].rhs(*P, np.zeros((7, 5)), S)[1]
     assert np.array_equal(_covariance_only(closures[0].rhs, P, 5)(S), want)
+
+
+def test_protocol_computes_no_run_the_loop_does_not_need_when_none_fails():
+    # every draw converges at its first try: the runs in flight are exactly the loop's
+    run = of.paper_histogram_ranks(of.histogram_setting("L2", "identity", 3, n_per_dim=20))
+    assert run.failures == 0
+    assert run.work == run.n_steps.sum()

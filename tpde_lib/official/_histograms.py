@@ -259,6 +259,10 @@ class HistogramRun(RankCounts):
         Initial conditions used (converged plus failed attempts).
     batches : int
         Times the batch of runs in flight was re-planned (speed only; no effect on the result).
+    work : int
+        Euler iterations computed, summed over all runs, those dropped included (the loop
+        itself needs ``n_steps.sum() + failed_steps.sum()``; the excess is the speculation
+        that did not pay).
     rank_margin : float
         Smallest distance of a converged iterate's eigenvalue to ``tol_rank``. The authors count
         the rank on the iterate before the last step, we on the one after it; the two differ by at
@@ -276,6 +280,7 @@ class HistogramRun(RankCounts):
     failed_status: np.ndarray
     attempts: int
     batches: int
+    work: int
     rank_margin: float
 
     @property
@@ -341,6 +346,7 @@ class _Protocol:
         self.start = np.zeros(0, dtype=int)
         self.clock = 0
         self.batches = 0
+        self.work = 0           # iterations computed, summed over the runs
 
     # -- the sequential walk -------------------------------------------------------------
     def head(self):
@@ -421,6 +427,7 @@ class _Protocol:
                 clock += 1
                 if norm_r.min() < tol_low or trace.max() > tol_high or clock == until:
                     break
+        self.work += S.shape[0] * (clock - self.clock)
         self.S, self.clock = S, clock
         conv = norm_r < tol_low
         div = ~conv & (trace > tol_high)
@@ -547,7 +554,7 @@ def paper_histogram_ranks(setting: HistogramSetting, *, max_iter: int | None = N
     return HistogramRun(ints(ok, 0), rank, rank <= (s.d + 1) // 2, ints(ok, 1), finals,
                         ints(fail, 0), ints(fail, 1), ints(fail, 2),
                         np.array([row[3] for row in fail], dtype=str), attempts,
-                        prot.batches, margin)
+                        prot.batches, prot.work, margin)
 
 
 @dataclass(frozen=True)

@@ -443,11 +443,14 @@ class _Protocol:
         self._keep(np.flatnonzero(~done))
 
     def useful(self, pair, head):
-        """Can ``pair`` (draw, init) still be on the loop's path, given the head ``(i, k)``?
+        """Is ``pair`` (draw, init) worth running on, given the head ``(i, k)``?
 
         Draw ``j >= i`` is run from initial condition ``k + (j - i)`` at the earliest (every
         draw in between converging at its first try; the failures learnt later only push it
-        further), and never beyond one from which its run is known to converge.
+        further): a run before that is never needed. A run of draw ``j`` beyond an initial
+        condition ``c >= k + (j - i)`` from which ``j`` is known to converge is dropped too: for
+        the head's draw it is never needed; for a later draw it is needed only if failures not
+        yet known move that draw past ``c``, and it is then run again (time, not results).
         """
         (j, kk), (i, k) = pair, head
         low = k + (j - i)
@@ -499,8 +502,13 @@ def paper_histogram_ranks(setting: HistogramSetting, *, max_iter: int | None = N
     of at least 1/4 of being needed (the chance that a draw fails, estimated from the draws
     run so far), and no more than ``window``; a draw that has failed ``f`` times in a row is
     run on its next ``2**f`` initial conditions at once (at most 64). A run that the loop can
-    no longer reach (a failure before it moved its draw to a later initial condition) is
-    dropped as soon as that is known. The batch is re-planned each time a run stops.
+    no longer reach (a failure before it moved its draw to a later initial condition), or a
+    draw's run beyond an initial condition it is known to converge from, is dropped as soon as
+    that is known. The batch is re-planned each time a run stops. ``work`` in the result
+    counts the iterations computed, dropped runs included: on the twelve panels of the
+    authors' figures it is 1.00 to 2.10 times the iterations the loop needs (exactly 1 where no
+    run fails), and every panel takes less CPU time than the authors' sequential loop, 1.45 to
+    8.5 times less (``benchmarks/official_protocol.py``).
 
     Parameters
     ----------

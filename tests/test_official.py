@@ -406,3 +406,14 @@ def test_protocol_computes_no_run_the_loop_does_not_need_when_none_fails():
     run = of.paper_histogram_ranks(of.histogram_setting("L2", "identity", 3, n_per_dim=20))
     assert run.failures == 0
     assert run.work == run.n_steps.sum()
+
+
+@pytest.mark.parametrize("module", ["tpde_lib.official._projected_euler",
+                                    "tpde_lib.official._histograms"])
+def test_the_examples_of_the_docstrings_run(module):
+    # projected_euler, histogram_setting, histogram_inits, paper_histogram_ranks
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0

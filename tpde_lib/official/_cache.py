@@ -25,14 +25,14 @@ from ..gaussian import covariance_rhs
 from ._histograms import (
     HistogramRun,
     HistogramSetting,
-    RankCounts,
+    _RankCounts,
     histogram_inits,
     histogram_setting,
     paper_histogram_ranks,
 )
 from ._runs import run_paper_euler
 
-__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache", "panel_record",
+__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache",
            "write_histogram_cache", "CacheCheck", "check_cached_histogram"]
 
 #: Where the cached protocol results live.
@@ -53,7 +53,7 @@ def _settings_record(s):
 
 
 @dataclass(frozen=True)
-class CachedPanel(RankCounts):
+class CachedPanel(_RankCounts):
     """The stored result of the authors' protocol on one panel (fields as :class:`HistogramRun`).
 
     Attributes
@@ -87,7 +87,7 @@ class CachedPanel(RankCounts):
 
 
 
-def panel_record(setting: HistogramSetting, run: HistogramRun) -> dict:
+def _panel_record(setting: HistogramSetting, run: HistogramRun) -> dict:
     """The JSON record of one panel: its settings and the :class:`HistogramRun` fields."""
     r = run
     return {"settings": _settings_record(setting),
@@ -127,7 +127,7 @@ def write_histogram_cache(path: str | os.PathLike = HISTOGRAM_CACHE,
         r = runs.get((variant, V_kind, d))
         if r is None:
             r = paper_histogram_ranks(s)
-        out[key] = panel_record(s, r)
+        out[key] = _panel_record(s, r)
         if log is not None:
             log(f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "
                 f"{r.failures} failures, {r.exceptions} exceptions")

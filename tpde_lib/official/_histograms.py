@@ -203,7 +203,7 @@ def histogram_inits(d: int, n: int, seed: int = 41) -> np.ndarray:
 
 
 
-class RankCounts:
+class _RankCounts:
     """What the authors' histogram reads from one panel's runs (shared by the live run and the
     cached one): needs ``euler_rank``, ``counted``, ``failed_draw``, ``failed_status`` and the
     dimension ``d``."""
@@ -234,7 +234,7 @@ class RankCounts:
 
 
 @dataclass(frozen=True)
-class HistogramRun(RankCounts):
+class HistogramRun(_RankCounts):
     r"""The authors' histogram protocol on one panel (:func:`paper_histogram_ranks`).
 
     Attributes

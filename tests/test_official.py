@@ -1,7 +1,7 @@
 """Tests of tpde_lib.official: the authors' settings and draws, their scheme, the histogram
 protocol and its committed cache."""
 
-from types import SimpleNamespace
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,6 +9,7 @@ import pytest
 from tpde_lib import official as of
 from tpde_lib import psd_cone as pc
 from tpde_lib.clustering import predicted_limit_rank
+from tpde_lib.gaussian import covariance_rhs
 
 
 def test_bad_inputs_raise_naming_the_argument():
@@ -132,40 +133,62 @@ def test_histogram_settings_have_the_predicted_structure():
                            of.histogram_setting("softmax", "random", 4).V)
 
 
-def test_histogram_rounds_reproduce_the_sequential_protocol():
-    # a fake Euler whose convergence depends on the (draw, init) pair; the reference is the
-    # official sequential loop written out with plain Python control flow
-    setting = of.histogram_setting("softmax", "identity", 3, n_per_dim=30)
-    setting = of.HistogramSetting(**{**setting.__dict__, "n_max": 45})
-    inits = of.histogram_inits(3, 45)
-    A = setting.parameters()["A"]
-
-    def converges(A_i, S0):
-        return np.trace(S0) > 2.0 + 0.1 * np.trace(A_i)  # arbitrary but deterministic
-
-    def fake_runner(rhs_for, cov0, euler_settings, max_iter):
-        # identify each member's draw through the rhs: rhs(I) = A + A^T for V = I
-        eye = np.broadcast_to(np.eye(3), cov0.shape)
-        Ai = 0.5 * rhs_for(np.arange(len(cov0)))(eye)
-        conv = np.array([converges(a, s) for a, s in zip(Ai, cov0)])
-        return SimpleNamespace(last=cov0, status=np.where(conv, "converged", "max_iter"),
-                               n_steps=np.ones(len(cov0), dtype=int))
-
-    ranks, i, k = [], 0, 0
-    for k in range(45):
-        if converges(0.5 * (A[i] + A[i].T), inits[k]):
-            r = int(np.sum(np.linalg.eigvalsh(inits[k]) > 0.1))
-            if r <= 2:
-                ranks.append(r)
+def _sequential_protocol(setting, n_max):
+    """The retry rule of the authors' ``create_histograms`` as the module documents it, written
+    out with plain control flow and one ``projected_euler`` call per attempt: attempt ``k``
+    runs draw ``i`` from initial condition ``k``; ``i`` advances only when the run converged
+    (a diverged or out-of-iterations run is retried with the next initial condition and the
+    same draw); stop when every draw converged or the ``n_max`` initial conditions are used."""
+    e, n = setting.euler, setting.Q.shape[0]
+    inits = of.histogram_inits(setting.d, n_max)
+    atts = setting.attentions()
+    ok, failed, i, k = [], [], 0, 0
+    while i < n and k < n_max:
+        res = of.projected_euler(covariance_rhs(atts[i]), inits[k], e.h, tol_low=e.tol_low,
+                                 tol_high=e.tol_high, max_iter=e.max_iter)
+        status, steps = str(res.status[0]), int(res.n_steps[0])
+        if status == "converged":
+            rank = int(np.sum(np.linalg.eigvalsh(res.last[0]) > setting.tol_rank))
+            ok.append((k, steps, rank))
             i += 1
-        if i == 30:
-            break
-    for lookahead in (1, 3):  # the batching must not change the result
-        got = of.paper_histogram_ranks(setting, runner=fake_runner, lookahead=lookahead)
-        assert got.ranks.tolist() == ranks
-        assert got.processed == i
-        assert got.attempts == k + 1
-        assert got.failures == k + 1 - i
+        else:
+            failed.append((i, k, status, steps))
+        k += 1
+    return ok, failed, k
+
+
+@pytest.mark.parametrize("window", [1, 3, None])
+def test_protocol_retries_failed_runs_as_the_authors_loop(window):
+    # a budget (at most 400 iterations, trace threshold 8) makes runs fail both ways, so the
+    # retry rule is reached many times (the authors' settings reach it only in a few panels);
+    # the protocol must take exactly the sequential loop's path, whatever the batching
+    base = of.histogram_setting("softmax", "random", 3, n_per_dim=12)
+    setting = dataclasses.replace(base, n_max=40,
+                                  euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0, max_iter=400))
+    ok, failed, attempts = _sequential_protocol(setting, 40)
+    assert {f[2] for f in failed} == {"diverged", "max_iter"}      # both kinds of retry
+    assert any(a[0] == b[0] for a, b in zip(failed, failed[1:]))   # a draw failing twice
+    run = of.paper_histogram_ranks(setting, window=window)
+    assert run.draw_init.tolist() == [k for k, _, _ in ok]
+    assert run.n_steps.tolist() == [steps for _, steps, _ in ok]
+    assert run.euler_rank.tolist() == [rank for _, _, rank in ok]
+    assert list(zip(run.failed_draw.tolist(), run.failed_init.tolist(),
+                    run.failed_status.tolist(), run.failed_steps.tolist())) == failed
+    assert run.attempts == attempts and run.failures == len(failed)
+    assert run.work >= sum(steps for _, steps, _ in ok) + sum(f[3] for f in failed)
+
+
+def test_protocol_stops_when_the_initial_conditions_run_out():
+    # with 9 initial conditions and runs that fail often, fewer than the 12 draws converge:
+    # the authors' loop ends with the last initial condition, not with the last draw
+    base = of.histogram_setting("softmax", "random", 3, n_per_dim=12)
+    setting = dataclasses.replace(base, euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0,
+                                                               max_iter=400))
+    ok, failed, attempts = _sequential_protocol(setting, 9)
+    run = of.paper_histogram_ranks(setting, n_attempts=9)
+    assert attempts == 9 and len(ok) < 9 and run.processed == len(ok)
+    assert run.draw_init.tolist() == [k for k, _, _ in ok] and run.attempts == 9
+    assert run.failed_init.tolist() == [f[1] for f in failed]
 
 
 def test_chunked_euler_equals_one_uninterrupted_run():
@@ -208,11 +231,211 @@ def test_cached_full_protocol_matches_the_code_on_a_random_subset():
 
 
 def test_cache_check_detects_a_corrupted_entry():
-    import dataclasses
-
     panel = of.load_histogram_cache()[("softmax", "identity", 3)]
     bad = dataclasses.replace(panel, n_steps=panel.n_steps + np.eye(1, panel.n_steps.size, 0,
                                                                       dtype=int)[0])
     assert of.check_cached_histogram(bad, [0]).mismatches
     shifted = dataclasses.replace(panel, draw_init=panel.draw_init + 1)
     assert not of.check_cached_histogram(shifted).pairing_ok
+
+
+# ---------------------------------------------------------------- the input policy
+
+E6 = of.paper_experiment("E6")
+
+
+def _sym_rhs(S):
+    return -S @ S
+
+
+@pytest.mark.parametrize("kwargs, exc, name", [
+    ({"h": 0}, ValueError, "h"), ({"h": -0.1}, ValueError, "h"), ({"h": np.nan}, ValueError, "h"),
+    ({"h": "0.1"}, TypeError, "h"), ({"tol_low": np.nan}, ValueError, "tol_low"),
+    ({"tol_high": -1.0}, ValueError, "tol_high"), ({"max_iter": 0}, ValueError, "max_iter"),
+    ({"max_iter": 10.0}, TypeError, "max_iter"), ({"record_every": 0}, ValueError, "record_every"),
+    ({"cov0": np.full((2, 2), np.nan)}, ValueError, "cov0"),
+    ({"cov0": [[1.0, 2.0], [0.0, 1.0]]}, ValueError, "cov0"),
+    ({"cov0": np.eye(2) + 0j}, TypeError, "cov0"), ({"cov0": "I"}, TypeError, "cov0"),
+    ({"cov0": np.ones((2, 3))}, ValueError, "cov0"), ({"rhs": np.eye(2)}, TypeError, "rhs"),
+])
+def test_projected_euler_rejects_bad_arguments_by_name(kwargs, exc, name):
+    args = {"rhs": _sym_rhs, "cov0": np.eye(2), "h": 0.1, **kwargs}
+    with pytest.raises(exc, match=rf"^{name}\b"):    # the message starts with the name
+        of.projected_euler(args.pop("rhs"), args.pop("cov0"), **args)
+
+
+@pytest.mark.parametrize("bad, exc, what", [
+    (lambda S: (-S @ S).astype(complex), TypeError, "complex"),
+    (lambda S: -S @ S + 1e-3j, TypeError, "complex"),
+    (lambda S: np.trace(S), ValueError, "shape"),
+    (lambda S: (-S @ S)[..., :1], ValueError, "shape"),
+    (lambda S: np.full(S.shape, np.nan), ValueError, "non-finite"),
+    (lambda S: "S", TypeError, "rhs"),
+])
+def test_projected_euler_checks_what_the_rhs_returns(bad, exc, what):
+    # the old code cast a complex rhs to its real part and broadcast a scalar; the error must
+    # name the reader's callable
+    with pytest.raises(exc, match=what) as info:
+        of.projected_euler(bad, np.eye(2), 0.1, max_iter=5)
+    assert str(info.value).startswith("rhs")
+
+
+def test_projected_euler_reports_a_rhs_that_turns_nan_with_its_time():
+    def rhs(S):
+        return np.full(S.shape, np.nan) if S[0, 0, 0] < 0.5 else -S @ S
+    with pytest.raises(ValueError, match=r"rhs returned a non-finite .* iteration \d+ \(t = "):
+        of.projected_euler(rhs, np.eye(2), 0.1, max_iter=100)
+
+
+def test_euler_settings_and_the_runner_reject_bad_arguments_by_name():
+    for kwargs, exc, name in [({"h": np.nan}, ValueError, "h"), ({"h": "0.1"}, TypeError, "h"),
+                              ({"h": 0.1, "tol_low": 0}, ValueError, "tol_low"),
+                              ({"h": 0.1, "max_iter": 1.5}, TypeError, "max_iter"),
+                              ({"h": 0.1, "H": 0}, ValueError, "H")]:
+        with pytest.raises(exc, match=rf"^{name}\b"):
+            of.EulerSettings(**kwargs)
+    st = of.EulerSettings(0.1, max_iter=20)
+    inits = np.eye(2)[None]
+    rhs_for = lambda idx: _sym_rhs  # noqa: E731
+    for kwargs, exc, name in [({"record_every": 0}, ValueError, "record_every"),
+                              ({"chunk": 0}, ValueError, "chunk"),
+                              ({"max_iter": np.nan}, TypeError, "max_iter"),
+                              ({"max_iter": -3}, ValueError, "max_iter")]:
+        with pytest.raises(exc, match=rf"^{name}\b"):
+            of.run_paper_euler(rhs_for, inits, st, **kwargs)
+    with pytest.raises(TypeError, match="settings"):
+        of.run_paper_euler(rhs_for, inits, {"h": 0.1})
+    with pytest.raises(TypeError, match="rhs_for"):
+        of.run_paper_euler(_sym_rhs(np.eye(2)), inits, st)
+    with pytest.raises(TypeError, match="rhs_for must return a callable"):
+        of.run_paper_euler(lambda idx: np.eye(2), inits, st)
+    with pytest.raises(TypeError, match="complex"):
+        of.run_paper_euler(lambda idx: (lambda S: -S @ S + 0j), inits, st)
+
+
+@pytest.mark.parametrize("call, exc, name", [
+    (lambda: of.histogram_inits("3", 4), TypeError, "d"),
+    (lambda: of.histogram_inits(3, 0), ValueError, "n"),
+    (lambda: of.histogram_inits(3, 2.0), TypeError, "n"),
+    (lambda: of.histogram_inits(3, 2, seed=-1), ValueError, "seed"),
+    (lambda: of.histogram_setting("softmax", "identity", 3.0), TypeError, "d"),
+    (lambda: of.histogram_setting("softmax", "identity", 6), ValueError, "d"),
+    (lambda: of.histogram_setting("softmax", "identity", 3, n_per_dim=2.5), TypeError,
+     "n_per_dim"),
+    (lambda: of.histogram_setting("cosine", "identity", 3), ValueError, "variant"),
+    (lambda: of.histogram_setting("softmax", "orthogonal", 3), ValueError, "V_kind"),
+    (lambda: of.paper_histogram_ranks("softmax"), TypeError, "setting"),
+    (lambda: of.paper_histogram_ranks(SMALL, max_iter=0), ValueError, "max_iter"),
+    (lambda: of.paper_histogram_ranks(SMALL, max_iter=np.nan), TypeError, "max_iter"),
+    (lambda: of.paper_histogram_ranks(SMALL, n_draws=5), ValueError, "n_draws"),
+    (lambda: of.paper_histogram_ranks(SMALL, n_attempts="9"), TypeError, "n_attempts"),
+    (lambda: of.paper_histogram_ranks(SMALL, window=0), ValueError, "window"),
+    (lambda: of.histogram_euler_budget(SMALL, max_iter=0.5), TypeError, "max_iter"),
+    (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0.5, 1.0]), TypeError,
+     "init_index"),
+    (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0]), ValueError, "init_index"),
+    (lambda: of.histogram_accurate(SMALL, horizon=-1.0), ValueError, "horizon"),
+    (lambda: of.histogram_accurate(SMALL, rtol=np.nan), ValueError, "rtol"),
+    (lambda: of.paired_ranks(np.ones((2, 3)), np.ones((2, 2, 2))), ValueError, "limits"),
+    (lambda: of.paired_ranks(np.ones((2, 2)), np.full((2, 2, 2), np.nan)), ValueError, "limits"),
+    (lambda: of.paired_ranks(np.ones((1, 2)), np.eye(2)[None], tol_rank=0), ValueError,
+     "tol_rank"),
+    (lambda: of.paper_parameters(np.eye(2), np.eye(2), np.eye(2), "softmax", H="2"), TypeError,
+     "H"),
+    (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), "L2", H=0), ValueError, "H"),
+    (lambda: of.paper_attention(np.eye(2), np.eye(2), np.full((2, 2), np.nan), "softmax"),
+     ValueError, "V"),
+    (lambda: of.paper_attention("Q", np.eye(2), np.eye(2), "softmax"), TypeError, "Q"),
+    (lambda: of.paper_attention(np.eye(2), np.eye(2), np.eye(3), "softmax"), ValueError, "V"),
+    (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), ["softmax"]), ValueError, "variant"),
+    (lambda: of.load_histogram_cache(3), TypeError, "path"),
+    (lambda: E6.euler("sinkhorn"), ValueError, "variant"),      # E6 has no Sinkhorn run
+    (lambda: E6.euler("softmax", record_every=0), ValueError, "record_every"),
+    (lambda: of.check_cached_histogram("panel"), TypeError, "panel"),
+    (lambda: of.HistogramSetting("softmax", "identity", 2, np.ones((1, 1, 3)), np.ones((1, 1, 3)),
+                                 np.ones((1, 2, 2)), of.EulerSettings(0.1), 10), ValueError, "Q"),
+])
+def test_official_helpers_reject_bad_arguments_by_name(call, exc, name):
+    with pytest.raises(exc, match=rf"^{name}\b"):    # the message starts with the name
+        call()
+
+
+SMALL = of.histogram_setting("softmax", "identity", 3, n_per_dim=2)
+
+
+def test_load_histogram_cache_names_a_file_that_is_not_a_cache(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a histogram cache"):
+        of.load_histogram_cache(bad)
+    bad.write_text('{"softmax/identity/3": {"settings": 3}}')
+    with pytest.raises(ValueError, match="softmax/identity/3"):
+        of.load_histogram_cache(bad)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        of.load_histogram_cache(bad)
+
+
+def test_check_cached_histogram_rejects_out_of_range_entries():
+    panel = of.load_histogram_cache()[("softmax", "identity", 3)]
+    with pytest.raises(IndexError, match="draws"):
+        of.check_cached_histogram(panel, draws=[100])
+    with pytest.raises(IndexError, match="failed"):
+        of.check_cached_histogram(panel, failed=[0])    # this panel has no failed attempt
+    with pytest.raises(TypeError, match="draws"):
+        of.check_cached_histogram(panel, draws=[0.5])
+
+
+@pytest.mark.parametrize("variant", ["softmax", "L2"])
+def test_protocol_rhs_is_the_closure_bit_for_bit(variant):
+    # the protocol evaluates the covariance part of the closure without its mean ODE; the
+    # committed cache was computed with the closure, so the two must agree exactly
+    from tpde_lib.official._histograms import _covariance_only
+
+    s = of.histogram_setting(variant, "random", 5, n_per_dim=7)
+    closures = [a.batched_closure() for a in s.attentions()]
+    P = [np.stack(v) for v in zip(*(tuple(np.asarray(p, dtype=float) for p in cl.params(0.0))
+                                     for cl in closures))]
+    S = of.histogram_inits(5, 7) * np.linspace(0.01, 30, 7)[:, None, None]
+    want = closures[0].rhs(*P, np.zeros((7, 5)), S)[1]
+    assert np.array_equal(_covariance_only(closures[0].rhs, P, 5)(S), want)
+
+
+def test_protocol_computes_no_run_the_loop_does_not_need_when_none_fails():
+    # every draw converges at its first try: the runs in flight are exactly the loop's
+    run = of.paper_histogram_ranks(of.histogram_setting("L2", "identity", 3, n_per_dim=20))
+    assert run.failures == 0
+    assert run.work == run.n_steps.sum()
+
+
+@pytest.mark.parametrize("module", ["tpde_lib.official._projected_euler",
+                                    "tpde_lib.official._histograms"])
+def test_the_examples_of_the_docstrings_run(module):
+    # projected_euler, histogram_setting, histogram_inits, paper_histogram_ranks
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_projection_is_the_authors_psd_projection_bit_for_bit():
+    # the projection calls eigh's gufunc directly and skips the floor when no eigenvalue is
+    # negative; against the authors' form (np.linalg.eigh, floor 1e-14 on negative
+    # eigenvalues, U diag(lam) U^T) it must give the same bits, with and without negatives
+    from tpde_lib.official._projected_euler import _psd_projection_verbatim
+
+    rng = np.random.default_rng(3)
+    for d in (2, 3, 5):
+        G = rng.standard_normal((50, d, d))
+        for S in (G @ G.transpose(0, 2, 1), G + G.transpose(0, 2, 1)):   # PSD, indefinite
+            lam, U = np.linalg.eigh(S)
+            lam[lam < 0] = 1e-14
+            want = np.stack([u @ np.diag(w) @ u.T for w, u in zip(lam, U)])
+            got = _psd_projection_verbatim(S)
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(S).max())
+            lam2, U2 = np.linalg.eigh(S)
+            ref = (U2 * np.where(lam2 < 0, 1e-14, lam2)[..., None, :]) @ np.swapaxes(U2, -1, -2)
+            assert np.array_equal(got, ref)
+    with pytest.raises(np.linalg.LinAlgError, match="eigh"):
+        _psd_projection_verbatim(np.full((1, 2, 2), np.nan))

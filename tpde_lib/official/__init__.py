@@ -8,7 +8,9 @@ accurate integrations of the same equations.
 Modules: ``_projected_euler`` (the scheme), ``_runs`` (settings and a batched runner),
 ``_variants`` (the code's variant names and scalings, as attentions), ``_experiments`` (the 2-D
 experiments E1–E6), ``_histograms`` (the rank-histogram protocol), ``_cache`` (the committed
-results of the full histogram protocol and their check).
+results of the full histogram protocol and their check). The subpackage builds on
+:mod:`tpde_lib.attention` and :mod:`tpde_lib.gaussian` (the closures, the accurate solvers);
+neither imports it back.
 """
 
 from ._cache import (

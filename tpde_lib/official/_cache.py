@@ -1,9 +1,10 @@
 r"""The authors' full histogram protocol, computed once and committed, with a check against the code.
 
-The full protocol (:func:`~tpde_lib.official.paper_histogram_ranks` on the twelve panels: up to
-90000 Euler steps per run, retries) takes minutes, too long for a page that runs twice in CI.
-Its result is stored in ``data/histograms.json`` (written by :func:`write_histogram_cache`, run
-by ``python -m tpde_lib.official._cache``, which computes the panels missing from the file);
+The full protocol (:func:`~tpde_lib.official.paper_histogram_ranks` on the twelve panels: 14.9
+million Euler iterations, up to 90000 per run, 665 retries) takes minutes, more than a page
+that runs in CI should spend. Its result is stored in ``data/histograms.json`` (written by
+:func:`write_histogram_cache`, run by ``python -m tpde_lib.official._cache``, which computes
+the panels missing from the file); :func:`load_histogram_cache` reads it and
 :func:`check_cached_histogram` re-runs chosen entries with the code and compares. The settings
 of each panel are stored with it and compared on loading, so a change of the code's settings
 cannot be read against a stale cache.
@@ -12,16 +13,26 @@ cannot be read against a stale cache.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .._checks import as_count, as_index, as_instance
 from ..gaussian import covariance_rhs
-from ._histograms import RankCounts, histogram_inits, histogram_setting, paper_histogram_ranks
+from ._histograms import (
+    HistogramRun,
+    HistogramSetting,
+    _RankCounts,
+    histogram_inits,
+    histogram_setting,
+    paper_histogram_ranks,
+)
 from ._runs import run_paper_euler
 
-__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache", "panel_record",
+__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache",
            "write_histogram_cache", "CacheCheck", "check_cached_histogram"]
 
 #: Where the cached protocol results live.
@@ -42,7 +53,7 @@ def _settings_record(s):
 
 
 @dataclass(frozen=True)
-class CachedPanel(RankCounts):
+class CachedPanel(_RankCounts):
     """The stored result of the authors' protocol on one panel (fields as :class:`HistogramRun`).
 
     Attributes
@@ -76,7 +87,7 @@ class CachedPanel(RankCounts):
 
 
 
-def panel_record(setting, run):
+def _panel_record(setting: HistogramSetting, run: HistogramRun) -> dict:
     """The JSON record of one panel: its settings and the :class:`HistogramRun` fields."""
     r = run
     return {"settings": _settings_record(setting),
@@ -88,7 +99,15 @@ def panel_record(setting, run):
             "attempts": r.attempts, "rank_margin": r.rank_margin}
 
 
-def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=print):
+def _as_path(path):
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike (a file), got {type(path).__name__}")
+    return Path(path)
+
+
+def write_histogram_cache(path: str | os.PathLike = HISTOGRAM_CACHE,
+                          panels: Sequence[tuple[str, str, int]] = PANELS,
+                          runs: dict | None = None, log: Callable | None = print) -> None:
     """Run the full protocol on the ``panels`` missing from the cache (minutes) and write it.
 
     Panels already stored in ``path`` with the code's current settings are kept as they are;
@@ -96,7 +115,9 @@ def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=pr
     computed with :func:`paper_histogram_ranks`; the other panels are computed here.
     """
     runs = {} if runs is None else dict(runs)
-    path = Path(path)
+    path = _as_path(path)
+    if log is not None and not callable(log):
+        raise TypeError(f"log must be a callable (e.g. print) or None, got {type(log).__name__}")
     out = json.loads(path.read_text()) if path.exists() else {}
     for variant, V_kind, d in panels:
         s = histogram_setting(variant, V_kind, d)
@@ -105,8 +126,8 @@ def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=pr
             continue
         r = runs.get((variant, V_kind, d))
         if r is None:
-            r = paper_histogram_ranks(s, lookahead=2)
-        out[key] = panel_record(s, r)
+            r = paper_histogram_ranks(s)
+        out[key] = _panel_record(s, r)
         if log is not None:
             log(f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "
                 f"{r.failures} failures, {r.exceptions} exceptions")
@@ -114,33 +135,63 @@ def write_histogram_cache(path=HISTOGRAM_CACHE, panels=PANELS, runs=None, log=pr
         path.write_text(json.dumps(out) + "\n")   # after each panel: minutes of work each
 
 
-def load_histogram_cache(path=HISTOGRAM_CACHE):
+def load_histogram_cache(path: str | os.PathLike = HISTOGRAM_CACHE
+                         ) -> dict[tuple[str, str, int], CachedPanel]:
     """The cached panels, ``{(variant, V_kind, d): CachedPanel}``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A JSON file written by :func:`write_histogram_cache` (default: the committed one).
 
     Raises
     ------
+    TypeError
+        ``path`` is not a path.
     ValueError
-        If a panel's stored settings differ from :func:`histogram_setting` (stale cache).
+        The file is not a histogram cache (names the file and the entry), or a panel's stored
+        settings differ from :func:`histogram_setting` (stale cache).
     """
-    raw = json.loads(Path(path).read_text())
+    path = _as_path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"path {str(path)!r} is not a histogram cache (not JSON: {exc})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"path {str(path)!r} is not a histogram cache (a JSON object of panels)")
     out = {}
     for key, rec in raw.items():
-        variant, V_kind, d = key.split("/")
-        d = int(d)
-        want = _settings_record(histogram_setting(variant, V_kind, d))
-        if rec["settings"] != want:
-            raise ValueError(f"stale histogram cache for {key}: stored settings {rec['settings']}"
-                             f" differ from the code's {want}; rerun write_histogram_cache()")
-        ints = {f: np.array(rec[f], dtype=int) for f in
-                ("draw_init", "euler_rank", "n_steps", "failed_draw", "failed_init",
-                 "failed_steps")}
-        out[(variant, V_kind, d)] = CachedPanel(
-            variant, V_kind, d, ints["draw_init"], ints["euler_rank"],
-            np.array(rec["counted"], dtype=bool), ints["n_steps"],
-            np.array(rec["eigenvalues"], dtype=float).reshape(-1, d), ints["failed_draw"],
-            ints["failed_init"], ints["failed_steps"], np.array(rec["failed_status"], dtype=str),
-            int(rec["attempts"]), float(rec["rank_margin"]))
+        try:
+            out[_panel_key(key)] = _cached_panel(key, rec)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if "stale histogram cache" in str(exc):
+                raise
+            raise ValueError(f"path {str(path)!r} is not a valid histogram cache: entry {key!r} "
+                             f"({type(exc).__name__}: {exc})") from None
     return out
+
+
+def _panel_key(key):
+    variant, V_kind, d = key.split("/")
+    return variant, V_kind, int(d)
+
+
+def _cached_panel(key, rec):
+    """One JSON record as a :class:`CachedPanel` (its settings checked against the code's)."""
+    variant, V_kind, d = _panel_key(key)
+    want = _settings_record(histogram_setting(variant, V_kind, d))
+    if rec["settings"] != want:
+        raise ValueError(f"stale histogram cache for {key}: stored settings {rec['settings']}"
+                         f" differ from the code's {want}; rerun write_histogram_cache()")
+    ints = {f: np.array(rec[f], dtype=int) for f in
+            ("draw_init", "euler_rank", "n_steps", "failed_draw", "failed_init",
+             "failed_steps")}
+    return CachedPanel(
+        variant, V_kind, d, ints["draw_init"], ints["euler_rank"],
+        np.array(rec["counted"], dtype=bool), ints["n_steps"],
+        np.array(rec["eigenvalues"], dtype=float).reshape(-1, d), ints["failed_draw"],
+        ints["failed_init"], ints["failed_steps"], np.array(rec["failed_status"], dtype=str),
+        int(rec["attempts"]), float(rec["rank_margin"]))
 
 
 @dataclass(frozen=True)
@@ -183,7 +234,13 @@ def _pairing_ok(p):
     return inits == p.draw_init.tolist() and k == p.attempts
 
 
-def check_cached_histogram(panel, draws=(), failed=(), chunk=400):
+def _indices(name, values, length):
+    return [as_index(f"{name}[{m}]", v, length) for m, v in enumerate(np.atleast_1d(values).tolist())
+            ] if np.size(values) else []
+
+
+def check_cached_histogram(panel: CachedPanel, draws: Sequence[int] = (),
+                           failed: Sequence[int] = (), chunk: int = 400) -> CacheCheck:
     r"""Recompute chosen entries of a cached panel with the code and compare.
 
     Parameters
@@ -201,9 +258,11 @@ def check_cached_histogram(panel, draws=(), failed=(), chunk=400):
     -------
     CacheCheck
     """
+    as_instance("panel", panel, CachedPanel, "a CachedPanel (from load_histogram_cache)")
+    chunk = as_count("chunk", chunk, 1)
     s = histogram_setting(panel.variant, panel.V_kind, panel.d)
-    draws = [int(i) for i in draws]
-    failed = [int(j) for j in failed]
+    draws = _indices("draws", draws, panel.draw_init.size)
+    failed = _indices("failed", failed, panel.failed_draw.size)
     pairs = [(i, int(panel.draw_init[i])) for i in draws]
     pairs += [(int(panel.failed_draw[j]), int(panel.failed_init[j])) for j in failed]
     mismatches = []

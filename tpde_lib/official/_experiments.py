@@ -8,13 +8,17 @@ and, for comparison, an accurate integration of the same equations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ..gaussian import covariance_rhs, simulate_gaussian_batch
+from .._checks import as_count
+from ..attention import Attention
+from ..gaussian import GaussianBatch, covariance_rhs, simulate_gaussian_batch
 from ..psd_cone import init_grid, rank_one_direction
-from ._runs import EulerSettings, run_paper_euler
+from ._runs import EulerRun, EulerSettings, run_paper_euler
 from ._variants import paper_attention, paper_parameters
 
 __all__ = ["LABELS", "PaperExperiment", "paper_experiment"]
@@ -64,29 +68,37 @@ class PaperExperiment:
     notes: str = ""
     extra: dict = field(default_factory=dict)
 
-    def parameters(self, variant):
+    def _run(self, variant):
+        """The settings of one run; ValueError naming ``variant`` if the experiment has none."""
+        if not isinstance(variant, str) or variant not in self.runs:
+            raise ValueError(f"variant must be one of {tuple(self.runs)} (the runs of "
+                             f"{self.name}), got {variant!r}")
+        return self.runs[variant]
+
+    def parameters(self, variant: str) -> dict:
         """:func:`paper_parameters` for one of the runs (with its number of heads)."""
-        return paper_parameters(self.Q, self.K, self.V, variant, H=self.runs[variant].H)
+        return paper_parameters(self.Q, self.K, self.V, variant, H=self._run(variant).H)
 
-    def attention(self, variant):
+    def attention(self, variant: str) -> Attention:
         """The attention of one run (:func:`paper_attention`, with its number of heads)."""
-        return paper_attention(self.Q, self.K, self.V, variant, H=self.runs[variant].H)
+        return paper_attention(self.Q, self.K, self.V, variant, H=self._run(variant).H)
 
-    def rhs(self, variant):
+    def rhs(self, variant: str) -> Callable[[np.ndarray], np.ndarray]:
         """Batched covariance right-hand side of one run (:func:`paper_rhs`)."""
         return covariance_rhs(self.attention(variant))
 
-    def label(self, variant):
+    def label(self, variant: str) -> str:
         """The run's name in the book's words (e.g. ``"multi-head, H = 2"``)."""
-        H = self.runs[variant].H
+        H = self._run(variant).H
         return LABELS[variant] + (f", H = {H}" if variant == "multihead" else "")
 
-    def inits(self, n_u=None, n_c=None):
+    def inits(self, n_u: int | None = None, n_c: int | None = None) -> np.ndarray:
         """The initial covariances; ``n_u``, ``n_c`` override the grid size (coarser grids)."""
         nu, nc, lim = self.grid
         return init_grid(nu if n_u is None else n_u, nc if n_c is None else n_c, lim)
 
-    def euler(self, variant, n_u=None, n_c=None, max_iter=None, record_every=1):
+    def euler(self, variant: str, n_u: int | None = None, n_c: int | None = None,
+              max_iter: int | None = None, record_every: int = 1) -> EulerRun:
         """The authors' projected Euler runs of one variant on the grid (:func:`run_paper_euler`).
 
         ``n_u``, ``n_c`` (coarser grid) and ``max_iter`` (fewer steps) are budgets; the step
@@ -97,11 +109,13 @@ class PaperExperiment:
         EulerRun
         """
         rhs = self.rhs(variant)
-        return run_paper_euler(lambda idx: rhs, self.inits(n_u, n_c), self.runs[variant],
+        record_every = as_count("record_every", record_every, 1)
+        return run_paper_euler(lambda idx: rhs, self.inits(n_u, n_c), self._run(variant),
                                record_every=record_every, max_iter=max_iter,
                                chunk=max(500, record_every))
 
-    def accurate(self, variant, times, n_u=None, n_c=None, rtol=1e-8, atol=1e-10):
+    def accurate(self, variant: str, times: ArrayLike, n_u: int | None = None,
+                 n_c: int | None = None, rtol: float = 1e-8, atol: float = 1e-10) -> GaussianBatch:
         """The same initial conditions integrated accurately (adaptive Dormand–Prince).
 
         :func:`tpde_lib.gaussian.simulate_gaussian_batch` with the attention of
@@ -131,7 +145,7 @@ def _draw_qk_until(condition):
     return Q, K
 
 
-def paper_experiment(name):
+def paper_experiment(name: str) -> PaperExperiment:
     r"""The parameters of one 2-D experiment of the official code, with the authors' draws.
 
     The draws use the **legacy global** generator (``np.random.seed`` + ``randn``/``rand``) in

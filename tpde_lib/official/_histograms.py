@@ -1,8 +1,11 @@
 r"""The authors' rank-histogram experiment (the official ``histograms.py``), exactly.
 
-Draws (legacy seeds), step sizes, stopping rules, the retry rule and the rank count of the
-released code, run vectorised (:func:`paper_histogram_ranks`); and, for comparison, accurate
-limits of the same draws from the same initial conditions (:func:`histogram_accurate`).
+:func:`histogram_setting` (the draws with the legacy seeds, the step sizes and stopping rules of
+each panel) and :func:`histogram_inits` (the initial covariances); :func:`paper_histogram_ranks`
+(the sequential protocol with its retry rule, several of its runs in flight at once, and its
+rank count); and, for comparison, runs on a step budget (:func:`histogram_euler_budget`),
+accurate limits of the same draws from the same initial conditions
+(:func:`histogram_accurate`) and their draw-by-draw comparison (:func:`paired_ranks`).
 """
 
 from __future__ import annotations
@@ -10,8 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from .. import gaussian as closures  # the closures, recognised by identity below
+from .._checks import (
+    as_choice,
+    as_count,
+    as_float_array,
+    as_instance,
+    as_positive,
+    as_seed,
+)
+from ..attention import Attention
 from ..gaussian import covariance_rhs, simulate_gaussian_batch
+from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler
 from ._variants import paper_attention, paper_parameters
 
@@ -49,16 +64,29 @@ class HistogramSetting:
     n_max: int
     tol_rank: float = 1e-1
 
-    def parameters(self):
+    def __post_init__(self):
+        as_choice("variant", self.variant, ("softmax", "L2"))
+        as_choice("V_kind", self.V_kind, ("identity", "random"))
+        d = as_count("d", self.d, 1)
+        Q = as_float_array("Q", self.Q, ndim=3)
+        if Q.shape[-1] != d:
+            raise ValueError(f"Q must have shape (n, k, {d}), got {Q.shape}")
+        as_float_array("K", self.K, shape=Q.shape)
+        as_float_array("V", self.V, shape=(Q.shape[0], d, d))
+        as_instance("euler", self.euler, EulerSettings, "an EulerSettings")
+        as_count("n_max", self.n_max, 1)
+        as_positive("tol_rank", self.tol_rank)
+
+    def parameters(self) -> dict:
         """Batched :func:`paper_parameters` (leading axis: the ``n`` draws)."""
         return paper_parameters(self.Q, self.K, self.V, self.variant)
 
-    def attentions(self):
+    def attentions(self) -> list[Attention]:
         """The ``n`` attentions of the draws (:func:`paper_attention`)."""
         return paper_attention(self.Q, self.K, self.V, self.variant)
 
 
-def histogram_setting(variant, V_kind, d, n_per_dim=100):
+def histogram_setting(variant: str, V_kind: str, d: int, n_per_dim: int = 100) -> HistogramSetting:
     r"""The authors' parameters for one histogram panel, with their legacy draws.
 
     Legacy global-generator draws on purpose (they reproduce the authors' matrices; the global
@@ -87,16 +115,22 @@ def histogram_setting(variant, V_kind, d, n_per_dim=100):
     Returns
     -------
     HistogramSetting
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tpde_lib.official import histogram_setting
+    >>> s = histogram_setting("softmax", "random", 4, n_per_dim=10)
+    >>> s.Q.shape, s.V.shape, s.euler.h, s.n_max
+    ((10, 2, 4), (10, 4, 4), 0.06, 10000)
+    >>> bool(np.array_equal(s.K, -s.Q)), bool(np.all(np.linalg.eigvalsh(s.V) > 0))
+    (True, True)
     """
-    if variant not in ("softmax", "L2"):
-        raise ValueError(f"variant must be 'softmax' or 'L2', got {variant!r}")
-    if V_kind not in ("identity", "random"):
-        raise ValueError(f"V_kind must be 'identity' or 'random', got {V_kind!r}")
+    as_choice("variant", variant, ("softmax", "L2"))
+    as_choice("V_kind", V_kind, ("identity", "random"))
     dims = (3, 4, 5)
-    if d not in dims:
-        raise ValueError(f"d must be 3, 4 or 5, got {d!r}")
-    if not 1 <= n_per_dim <= 100:
-        raise ValueError(f"n_per_dim must be in 1..100, got {n_per_dim!r}")
+    d = as_count("d", d, 3, 5)
+    n_per_dim = as_count("n_per_dim", n_per_dim, 1, 100)
     j = dims.index(d)
     state = np.random.get_state()  # noqa: NPY002 (authors' legacy stream)
     try:
@@ -122,17 +156,43 @@ def histogram_setting(variant, V_kind, d, n_per_dim=100):
                             EulerSettings(steps[j], tol, max_iter=max_iter), n_max)
 
 
-def histogram_inits(d, n, seed=41):
+def histogram_inits(d: int, n: int, seed: int = 41) -> np.ndarray:
     r"""The authors' initial covariances :math:`\Sigma_0 = G G^\top`, ``G = randn(d, d)``.
 
     ``create_histograms`` calls ``np.random.seed(41)`` at the start of each dimension and draws
     one ``G`` per attempt; the ``i``-th attempt uses the ``i``-th matrix. Legacy global-generator
     draws on purpose (reproduction of the authors' stream; the global state is restored).
 
+    Parameters
+    ----------
+    d : int
+        Dimension (>= 1).
+    n : int
+        Number of initial conditions (>= 1).
+    seed : int
+        The legacy seed (the authors' 41).
+
     Returns
     -------
     ndarray, shape (n, d, d)
+
+    Examples
+    --------
+    The ``i``-th covariance is ``G G^T`` for the ``i``-th ``randn(d, d)`` after
+    ``np.random.seed(41)``, and drawing more keeps the first ones:
+
+    >>> import numpy as np
+    >>> from tpde_lib.official import histogram_inits
+    >>> S = histogram_inits(3, 5)
+    >>> S.shape
+    (5, 3, 3)
+    >>> np.random.seed(41); G = np.random.randn(3, 3)
+    >>> bool(np.array_equal(S[0], G @ G.T)), bool(np.array_equal(histogram_inits(3, 2), S[:2]))
+    (True, True)
     """
+    d = as_count("d", d, 1)
+    n = as_count("n", n, 1)
+    seed = as_seed("seed", seed)
     state = np.random.get_state()  # noqa: NPY002 (authors' legacy stream)
     try:
         np.random.seed(seed)  # noqa: NPY002 (authors' legacy stream)
@@ -143,38 +203,38 @@ def histogram_inits(d, n, seed=41):
 
 
 
-class RankCounts:
+class _RankCounts:
     """What the authors' histogram reads from one panel's runs (shared by the live run and the
     cached one): needs ``euler_rank``, ``counted``, ``failed_draw``, ``failed_status`` and the
     dimension ``d``."""
 
     @property
-    def ranks(self):
+    def ranks(self) -> np.ndarray:
         """The ranks of the authors' histogram (converged, rank at most ``(d + 1) // 2``)."""
         return self.euler_rank[self.counted]
 
     @property
-    def exceptions(self):
+    def exceptions(self) -> int:
         """Converged limits of too high a rank (excluded by the authors)."""
         return int(np.sum(~self.counted))
 
     @property
-    def failures(self):
+    def failures(self) -> int:
         """Attempts that did not converge (retried with the next initial condition)."""
         return int(self.failed_draw.size)
 
     @property
-    def diverged(self):
+    def diverged(self) -> int:
         """Failed attempts stopped by the trace threshold."""
         return int(np.sum(self.failed_status == "diverged"))
 
-    def counts(self):
+    def counts(self) -> np.ndarray:
         """Rank counts ``[#rank 0, ..., #rank d]`` of the authors' histogram, shape (d + 1,)."""
         return np.bincount(self.ranks, minlength=self.d + 1)
 
 
 @dataclass(frozen=True)
-class HistogramRun(RankCounts):
+class HistogramRun(_RankCounts):
     r"""The authors' histogram protocol on one panel (:func:`paper_histogram_ranks`).
 
     Attributes
@@ -198,7 +258,11 @@ class HistogramRun(RankCounts):
     attempts : int
         Initial conditions used (converged plus failed attempts).
     batches : int
-        Batched Euler calls made (the vectorisation; no effect on the result).
+        Times the batch of runs in flight was re-planned (speed only; no effect on the result).
+    work : int
+        Euler iterations computed, summed over all runs, those dropped included (the loop
+        itself needs ``n_steps.sum() + failed_steps.sum()``; the excess is the speculation
+        that did not pay).
     rank_margin : float
         Smallest distance of a converged iterate's eigenvalue to ``tol_rank``. The authors count
         the rank on the iterate before the last step, we on the one after it; the two differ by at
@@ -216,27 +280,212 @@ class HistogramRun(RankCounts):
     failed_status: np.ndarray
     attempts: int
     batches: int
+    work: int
     rank_margin: float
 
     @property
-    def processed(self):
+    def processed(self) -> int:
         """Number of parameter draws whose run converged (the authors stop at ``n``)."""
         return int(self.draw_init.size)
 
     @property
-    def d(self):
+    def d(self) -> int:
         """The dimension."""
         return int(self.finals.shape[-1])
 
 
-def _default_runner(rhs_for, cov0, settings, max_iter):
-    return run_paper_euler(rhs_for, cov0, settings, record_every=10**9, chunk=400,
-                           max_iter=max_iter)
+def _covariance_only(rhs_fn, P, d):
+    """The covariance part of the closure ``rhs_fn`` for the stacked parameters ``P``, by the
+    closure's own operations (the same bits) without its mean ODE, for softmax and ℓ² (like the
+    authors' ``rhs_softmax`` and ``rhs_L2``, which are covariance-only); ``None`` for another
+    closure. A third of an iteration's calls at d <= 5 went to the mean's unused ODE."""
+    if rhs_fn is closures.softmax_rhs:
+        A, V = P
+
+        def rhs(S):
+            X = V @ (S @ A) @ S
+            return X + np.swapaxes(X, -1, -2)
+        return rhs
+    if rhs_fn is closures.l2_rhs:
+        Q, K, V, tau = P
+        c = (2.0 / np.asarray(tau, dtype=float))[..., None, None]
+        Kt = np.swapaxes(K, -1, -2)
+        B, eye = Kt @ K, np.eye(d)
+
+        def rhs(S):
+            W = np.linalg.solve(eye + c * (S @ B), S)
+            W = 0.5 * (W + np.swapaxes(W, -1, -2))
+            X = c * (V @ W @ Kt @ Q) @ S
+            return X + np.swapaxes(X, -1, -2)
+        return rhs
+    return None
 
 
-def paper_histogram_ranks(setting, runner=None, max_iter=None, n_attempts=None, lookahead=4,
-                          n_draws=None):
-    r"""Run the authors' histogram protocol with their projected Euler scheme, vectorised.
+class _Protocol:
+    """The authors' sequential protocol, run on a batch of runs in flight (see
+    :func:`paper_histogram_ranks`).
+
+    ``table`` holds the finished runs, ``(draw, init) -> (status, n_steps, last)``; the runs in
+    flight are ``pairs`` with their iterates ``S`` and the iteration ``start`` at which each
+    joined (their step count is ``self.clock - start``).
+    """
+
+    def __init__(self, setting, n, n_max, max_iter, window):
+        s = setting
+        self.s, self.n, self.n_max, self.max_iter, self.window = s, n, n_max, max_iter, window
+        self.inits = histogram_inits(s.d, n_max)
+        closures = [a.batched_closure() for a in s.attentions()[:n]]
+        self.rhs_fn = closures[0].rhs
+        per_draw = [tuple(np.asarray(p, dtype=float) for p in cl.params(0.0)) for cl in closures]
+        self.params = [np.stack(vals) for vals in zip(*per_draw)]
+        self.table = {}
+        self.first = {}         # draw -> did the first of its runs to finish fail?
+        self.converged = {}     # draw -> initial conditions from which its run converged
+        self.pairs = []
+        self.S = np.zeros((0, s.d, s.d))
+        self.start = np.zeros(0, dtype=int)
+        self.clock = 0
+        self.batches = 0
+        self.work = 0           # iterations computed, summed over the runs
+
+    # -- the sequential walk -------------------------------------------------------------
+    def head(self):
+        """The first attempt of the sequential loop whose run is not known, with the number of
+        failures of its draw just before it: ``(i, k, f)``; None when the loop has ended."""
+        i = k = f = 0
+        while i < self.n and k < self.n_max:
+            out = self.table.get((i, k))
+            if out is None:
+                return i, k, f
+            if out[0] == "converged":
+                i, f = i + 1, 0
+            else:
+                f += 1
+            k += 1
+        return None
+
+    def width(self):
+        """Unknown pairs to run ahead of the head: those on the path with a chance >= 1/4 of
+        being needed, the chance that a draw's first run fails estimated from the draws seen so
+        far (prior 0.1 over two draws)."""
+        p = (sum(self.first.values()) + 0.2) / (len(self.first) + 2)
+        w = int(np.ceil(np.log(0.25) / np.log1p(-p)))
+        return max(1, min(w, self.window))
+
+    def plan(self, head):
+        """The unknown pairs to run: a draw that keeps failing is retried on ``2**f``
+        initial conditions at once; otherwise the next pairs of the path on which every
+        unknown run converges."""
+        i, k, f = head
+        if f:
+            return [(i, kk) for kk in range(k, min(k + 2 ** min(f, 6), self.n_max))
+                    if (i, kk) not in self.table]
+        out, j, kk, w = [], i, k, self.width()
+        while j < self.n and kk < self.n_max and len(out) < w:
+            known = self.table.get((j, kk))
+            if known is None:
+                out.append((j, kk))
+            if known is None or known[0] == "converged":
+                j += 1
+            kk += 1
+        return out
+
+    # -- the runs ------------------------------------------------------------------------
+    def _keep(self, rows, new=()):
+        """Keep the runs in flight ``rows`` and start the pairs ``new``."""
+        new = list(new)
+        self.pairs = [self.pairs[m] for m in rows] + new
+        self.S = np.concatenate([self.S[rows], self.inits[[kk for _, kk in new]]])
+        self.start = np.concatenate([self.start[rows], np.full(len(new), self.clock)])
+
+    def advance(self):
+        """Iterate the runs in flight until one of them stops (the iterations of
+        :func:`projected_euler`: the same right-hand side, projection and tests, so the same
+        bits; the stopping tests are read from the batch's extreme values)."""
+        e, s = self.s.euler, self.s
+        h, tol_low, tol_high = e.h, e.tol_low, e.tol_high
+        draws = np.array([j for j, _ in self.pairs])
+        P = [p[draws] for p in self.params]
+        rhs = _covariance_only(self.rhs_fn, P, s.d)
+        if rhs is None:
+            mean = np.zeros((draws.size, s.d))
+            rhs = lambda S: self.rhs_fn(*P, mean, S)[1]  # noqa: E731
+        clock, until = self.clock, int((self.start + self.max_iter).min())
+        S = self.S
+        with np.errstate(over="ignore", invalid="ignore"):
+            while True:
+                r = rhs(S)
+                norm_r = np.sqrt((r * r).sum(axis=(1, 2)))
+                if not norm_r.max() < np.inf:
+                    m = int(np.argmax(~np.isfinite(norm_r)))
+                    raise FloatingPointError(
+                        f"paper_histogram_ranks: the rhs is not finite for draw "
+                        f"{self.pairs[m][0]} from initial condition {self.pairs[m][1]} at "
+                        f"iteration {clock - self.start[m]}")
+                S = _psd_projection_verbatim(S + h * r)
+                trace = S.trace(axis1=1, axis2=2)
+                clock += 1
+                if norm_r.min() < tol_low or trace.max() > tol_high or clock == until:
+                    break
+        self.work += S.shape[0] * (clock - self.clock)
+        self.S, self.clock = S, clock
+        conv = norm_r < tol_low
+        div = ~conv & (trace > tol_high)
+        steps = clock - self.start
+        status = np.where(conv, "converged", np.where(div, "diverged", "max_iter"))
+        done = conv | div | (steps >= self.max_iter)
+        for m in np.flatnonzero(done):
+            j = self.pairs[m][0]
+            self.table[self.pairs[m]] = (str(status[m]), int(steps[m]), S[m].copy())
+            self.first.setdefault(j, status[m] != "converged")
+            if status[m] == "converged":
+                self.converged.setdefault(j, []).append(self.pairs[m][1])
+        self._keep(np.flatnonzero(~done))
+
+    def useful(self, pair, head):
+        """Is ``pair`` (draw, init) worth running on, given the head ``(i, k)``?
+
+        Draw ``j >= i`` is run from initial condition ``k + (j - i)`` at the earliest (every
+        draw in between converging at its first try; the failures learnt later only push it
+        further): a run before that is never needed. A run of draw ``j`` beyond an initial
+        condition ``c >= k + (j - i)`` from which ``j`` is known to converge is dropped too: for
+        the head's draw it is never needed; for a later draw it is needed only if failures not
+        yet known move that draw past ``c``, and it is then run again (time, not results).
+        """
+        (j, kk), (i, k) = pair, head
+        low = k + (j - i)
+        return j >= i and kk >= low and not any(low <= c < kk for c in self.converged.get(j, ()))
+
+    def run(self):
+        """Walk the sequential loop, running what it needs; the runs that the walk can no
+        longer reach are dropped as soon as that is known."""
+        while (head := self.head()) is not None:
+            rows = [m for m, p in enumerate(self.pairs) if self.useful(p, head[:2])]
+            flying = set(self.pairs)
+            self._keep(rows, [p for p in self.plan(head) if p not in flying])
+            self.batches += 1
+            self.advance()
+        return self.walk()
+
+    def walk(self):
+        """The sequential loop's record, read from the finished runs."""
+        i = k = 0
+        ok, fail = [], []
+        while i < self.n and k < self.n_max:
+            status, steps, last = self.table[(i, k)]
+            if status == "converged":
+                ok.append((k, steps, last))
+                i += 1
+            else:
+                fail.append((i, k, steps, status))
+            k += 1
+        return ok, fail, k
+
+
+def paper_histogram_ranks(setting: HistogramSetting, *, max_iter: int | None = None,
+                          n_attempts: int | None = None, n_draws: int | None = None,
+                          window: int | None = None) -> HistogramRun:
+    r"""Run the authors' histogram protocol with their projected Euler scheme.
 
     The official ``create_histograms`` goes through attempts ``k = 0, 1, ...`` with parameter
     index ``i`` (starting at 0) and initial condition ``k`` of :func:`histogram_inits`; ``i``
@@ -245,90 +494,75 @@ def paper_histogram_ranks(setting, runner=None, max_iter=None, n_attempts=None, 
     ``n_max`` initial conditions are used up. A converged limit is counted only if its rank
     (eigenvalues above ``tol_rank``) is at most ``(d + 1) // 2``.
 
-    We reproduce this sequence exactly, computing the runs in batches: draw ``i`` is run from
-    initial condition ``i + s`` where ``s`` is the number of failures before it, so one batch
-    runs the pending draws ``j > i`` at the current shift ``s`` and the ``lookahead - 1`` next
-    ones, and the current draw on the next ``burst`` initial conditions (``burst`` grows by a
-    factor 4 while the same draw keeps failing). The sequential walk then reads the outcomes and
-    asks for a new batch only when a pair is missing. Every run is a run of the authors' scheme
-    from the pair's initial condition, so the result does not depend on the batching.
+    We reproduce this sequence exactly, running several of its runs at once in one batch
+    (every run is a run of the authors' scheme from its pair's initial condition, so the result
+    does not depend on the batching). The first pair of the loop whose run is not known is
+    always run; next to it, the pairs that the loop reaches if every pending run converges
+    (draw ``j`` from initial condition ``j`` + the failures before it), as many as have a chance
+    of at least 1/4 of being needed (the chance that a draw fails, estimated from the draws
+    run so far), and no more than ``window``; a draw that has failed ``f`` times in a row is
+    run on its next ``2**f`` initial conditions at once (at most 64). A run that the loop can
+    no longer reach (a failure before it moved its draw to a later initial condition), or a
+    draw's run beyond an initial condition it is known to converge from, is dropped as soon as
+    that is known. The batch is re-planned each time a run stops. ``work`` in the result
+    counts the iterations computed, dropped runs included: on the twelve panels of the
+    authors' figures it is 1.00 to 2.10 times the iterations the loop needs (exactly 1 where no
+    run fails), and every panel takes less CPU time than the authors' sequential loop, 1.45 to
+    8.5 times less (``benchmarks/official_protocol.py``).
 
     Parameters
     ----------
     setting : HistogramSetting
-    runner : callable, optional
-        ``runner(rhs_for, cov0, euler_settings, max_iter)`` returning an object with ``status``
-        ((B,) str), ``last`` ((B, d, d)) and ``n_steps`` ((B,) int); default
-        :func:`run_paper_euler` (no paths kept).
     max_iter : int, optional
         Override the authors' ``max_iter`` (a budget; say so where used).
     n_attempts : int, optional
         Override the authors' ``n_max`` (number of initial conditions available).
-    lookahead : int
-        Shifts computed per batch (speed only).
     n_draws : int, optional
         Stop after this many draws (the first ones; default all of the setting's).
+    window : int, optional
+        Largest number of pairs run ahead (speed only; default: every pending draw).
 
     Returns
     -------
     HistogramRun
+
+    Raises
+    ------
+    FloatingPointError
+        If a run's right-hand side overflows (names the draw, initial condition, iteration).
+
+    Examples
+    --------
+    The first three draws of the softmax, ``V = I``, ``d = 3`` panel: every run converges
+    at its first try, and the ranks are those of the committed cache.
+
+    >>> from tpde_lib import official as of
+    >>> run = of.paper_histogram_ranks(of.histogram_setting("softmax", "identity", 3),
+    ...                                n_draws=3)
+    >>> run.draw_init.tolist(), run.failures
+    ([0, 1, 2], 0)
+    >>> cached = of.load_histogram_cache()[("softmax", "identity", 3)]
+    >>> run.n_steps.tolist() == cached.n_steps[:3].tolist()
+    True
     """
-    if not isinstance(setting, HistogramSetting):
-        raise TypeError(f"setting must be a HistogramSetting, got {type(setting).__name__}")
-    if not isinstance(lookahead, (int, np.integer)) or lookahead < 1:
-        raise ValueError(f"lookahead must be a positive integer, got {lookahead!r}")
-    runner = _default_runner if runner is None else runner
-    s = setting
-    n = s.Q.shape[0] if n_draws is None else min(int(n_draws), s.Q.shape[0])
-    n_max = s.n_max if n_attempts is None else int(n_attempts)
-    it = s.euler.max_iter if max_iter is None else int(max_iter)
-    inits = histogram_inits(s.d, n_max)
-    atts = s.attentions()
-    table = {}  # (draw, init) -> (status, n_steps, last)
-    batches = 0
-
-    def compute(i0, k0, burst):
-        shift = k0 - i0
-        pairs = [(i0, k0 + m) for m in range(burst)]
-        pairs += [(j, j + sh) for sh in range(shift, shift + lookahead) for j in range(i0 + 1, n)]
-        pairs = [p for p in pairs if p[1] < n_max and p not in table]
-        draws = np.array([p[0] for p in pairs])
-        res = runner(lambda idx: covariance_rhs([atts[b] for b in draws[idx]]),
-                     inits[[p[1] for p in pairs]], s.euler, it)
-        for m, p in enumerate(pairs):
-            table[p] = (str(res.status[m]), int(res.n_steps[m]), np.asarray(res.last[m]))
-
-    i = k = 0
-    ok_init, ok_steps, finals = [], [], []
-    f_draw, f_init, f_steps, f_status = [], [], [], []
-    last_i, burst = -1, lookahead
-    while i < n and k < n_max:
-        if (i, k) not in table:
-            # a draw that keeps failing is retried on many initial conditions at once
-            burst = min(4 * burst, 4096) if i == last_i else lookahead
-            last_i = i
-            compute(i, k, burst)
-            batches += 1
-        status, steps, last = table[(i, k)]
-        if status == "converged":
-            ok_init.append(k)
-            ok_steps.append(steps)
-            finals.append(last)
-            i += 1
-        else:
-            f_draw.append(i)
-            f_init.append(k)
-            f_steps.append(steps)
-            f_status.append(status)
-        k += 1
-    finals = np.array(finals).reshape(-1, s.d, s.d)
+    s = as_instance("setting", setting, HistogramSetting, "a HistogramSetting "
+                    "(from histogram_setting)")
+    n_all = s.Q.shape[0]
+    n = n_all if n_draws is None else as_count("n_draws", n_draws, 1, n_all)
+    n_max = s.n_max if n_attempts is None else as_count("n_attempts", n_attempts, 1)
+    it = s.euler.max_iter if max_iter is None else as_count("max_iter", max_iter, 1)
+    window = n if window is None else as_count("window", window, 1)
+    prot = _Protocol(s, n, n_max, it, window)
+    ok, fail, attempts = prot.run()
+    finals = np.array([last for _, _, last in ok]).reshape(-1, s.d, s.d)
     lam = np.linalg.eigvalsh(finals) if finals.size else np.zeros((0, s.d))
     rank = np.sum(lam > s.tol_rank, axis=-1)
     margin = float(np.abs(lam - s.tol_rank).min()) if lam.size else np.inf
-    as_int = lambda x: np.array(x, dtype=int)  # noqa: E731
-    return HistogramRun(as_int(ok_init), rank, rank <= (s.d + 1) // 2, as_int(ok_steps), finals,
-                        as_int(f_draw), as_int(f_init), as_int(f_steps),
-                        np.array(f_status, dtype=str), k, batches, margin)
+    ints = lambda rows, c: np.array([row[c] for row in rows], dtype=int)  # noqa: E731
+    return HistogramRun(ints(ok, 0), rank, rank <= (s.d + 1) // 2, ints(ok, 1), finals,
+                        ints(fail, 0), ints(fail, 1), ints(fail, 2),
+                        np.array([row[3] for row in fail], dtype=str), attempts,
+                        prot.batches, prot.work, margin)
 
 
 @dataclass(frozen=True)
@@ -355,12 +589,25 @@ class EulerBudgetRun:
 def _draw_inits(setting, n_draws, init_index):
     """The number ``n`` of draws run and their initial covariances, shape (n, d, d): draw ``i``
     starts from initial condition ``init_index[i]`` (default ``i``)."""
-    n = setting.Q.shape[0] if n_draws is None else int(n_draws)
-    idx = np.arange(n) if init_index is None else np.asarray(init_index, dtype=int)[:n]
+    as_instance("setting", setting, HistogramSetting, "a HistogramSetting (from histogram_setting)")
+    n_all = setting.Q.shape[0]
+    n = n_all if n_draws is None else as_count("n_draws", n_draws, 1, n_all)
+    if init_index is None:
+        idx = np.arange(n)
+    else:
+        raw = np.asarray(init_index)
+        if raw.dtype.kind not in "iu" or raw.ndim != 1:
+            raise TypeError(f"init_index must be a 1-D array of integers, got dtype {raw.dtype} "
+                            f"and shape {raw.shape}")
+        if raw.size < n or (raw.size and raw.min() < 0):
+            raise ValueError(f"init_index must hold at least n_draws = {n} indices >= 0, got "
+                             f"{raw.size} (min {raw.min() if raw.size else None})")
+        idx = raw[:n].astype(int)
     return n, histogram_inits(setting.d, int(idx.max()) + 1)[idx]
 
 
-def histogram_euler_budget(setting, max_iter, n_draws=None, init_index=None):
+def histogram_euler_budget(setting: HistogramSetting, max_iter: int, n_draws: int | None = None,
+                           init_index: ArrayLike | None = None) -> EulerBudgetRun:
     r"""The authors' Euler runs for a histogram panel, one run per draw, on a budget.
 
     Draw ``i`` is run from initial condition ``init_index[i]`` (default ``i``, the authors'
@@ -372,6 +619,7 @@ def histogram_euler_budget(setting, max_iter, n_draws=None, init_index=None):
     """
     s = setting
     n, inits = _draw_inits(s, n_draws, init_index)
+    max_iter = as_count("max_iter", max_iter, 1)
     atts = s.attentions()[:n]
     res = run_paper_euler(lambda m: covariance_rhs([atts[b] for b in m]), inits, s.euler,
                           record_every=10**9, chunk=400, max_iter=max_iter)
@@ -399,8 +647,9 @@ class AccurateLimits:
     ranks: np.ndarray
 
 
-def histogram_accurate(setting, horizon=1e3, n_draws=None, init_index=None, rtol=1e-6,
-                       atol=1e-9):
+def histogram_accurate(setting: HistogramSetting, horizon: float = 1e3, n_draws: int | None = None,
+                       init_index: ArrayLike | None = None, rtol: float = 1e-6,
+                       atol: float = 1e-9) -> AccurateLimits:
     r"""Accurate covariances at time ``horizon`` for the draws of a histogram panel.
 
     Draw ``i`` is integrated from initial condition ``init_index[i]`` (default ``i``) of
@@ -414,6 +663,8 @@ def histogram_accurate(setting, horizon=1e3, n_draws=None, init_index=None, rtol
     """
     s = setting
     n, inits = _draw_inits(s, n_draws, init_index)
+    horizon = as_positive("horizon", horizon)
+    rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
     batch = simulate_gaussian_batch(s.attentions()[:n], inits, np.array([0.0, horizon]),
                                     rtol=rtol, atol=atol)
     cov = batch.cov[:, -1]
@@ -452,7 +703,8 @@ class PairedRanks:
     top_ratio: np.ndarray
 
 
-def paired_ranks(euler_eigenvalues, limits, tol_rank=0.1):
+def paired_ranks(euler_eigenvalues: ArrayLike, limits: ArrayLike,
+                 tol_rank: float = 0.1) -> PairedRanks:
     r"""Compare, draw by draw, the authors' Euler limits with accurate limits.
 
     Parameters
@@ -467,10 +719,12 @@ def paired_ranks(euler_eigenvalues, limits, tol_rank=0.1):
     -------
     PairedRanks
     """
-    lam_e = np.asarray(euler_eigenvalues, dtype=float)
-    lam_x = np.linalg.eigvalsh(np.asarray(limits, dtype=float))
-    if lam_e.shape != lam_x.shape:
-        raise ValueError(f"euler_eigenvalues has shape {lam_e.shape}, limits give {lam_x.shape}")
+    lam_e = as_float_array("euler_eigenvalues", euler_eigenvalues, ndim=2)
+    cov = as_float_array("limits", limits, shape=(lam_e.shape[0], lam_e.shape[1], lam_e.shape[1]))
+    if not np.allclose(cov, np.swapaxes(cov, -1, -2), rtol=1e-8, atol=0):
+        raise ValueError("limits must be symmetric matrices (covariances)")
+    tol_rank = as_positive("tol_rank", tol_rank)
+    lam_x = np.linalg.eigvalsh(cov)
     exact = np.sum(lam_x > 1e-8 * np.maximum(1.0, lam_x[:, -1:]), axis=1)
     thr = np.sum(lam_x > tol_rank, axis=1)
     eul = np.sum(lam_e > tol_rank, axis=1)

@@ -6,11 +6,13 @@ in chunks on a shrinking batch; the iterates are identical to one uninterrupted 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._checks import as_float_array
+from .._checks import as_count, as_float_array, as_instance, as_positive
 from ._projected_euler import projected_euler
 
 __all__ = ["EulerSettings", "EulerRun", "run_paper_euler"]
@@ -33,6 +35,12 @@ class EulerSettings:
     tol_high: float = 1e3
     max_iter: int = 50000
     H: int = 1
+
+    def __post_init__(self):
+        for name in ("h", "tol_low", "tol_high"):
+            object.__setattr__(self, name, as_positive(name, getattr(self, name)))
+        object.__setattr__(self, "max_iter", as_count("max_iter", self.max_iter, 1))
+        object.__setattr__(self, "H", as_count("H", self.H, 1))
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,9 @@ class EulerRun:
     last: np.ndarray
 
 
-def run_paper_euler(rhs_for, cov0, settings, record_every=1, chunk=500, max_iter=None):
+def run_paper_euler(rhs_for: Callable[[np.ndarray], Callable], cov0: ArrayLike,
+                    settings: EulerSettings, record_every: int = 1, chunk: int = 500,
+                    max_iter: int | None = None) -> EulerRun:
     r"""The authors' projected Euler scheme, run in chunks on a shrinking batch.
 
     Calls :func:`tpde_lib.official.projected_euler` for ``chunk`` iterations at a time, then
@@ -69,8 +79,9 @@ def run_paper_euler(rhs_for, cov0, settings, record_every=1, chunk=500, max_iter
     Parameters
     ----------
     rhs_for : callable
-        ``rhs_for(idx)`` returns the batched right-hand side for the members ``idx`` (int array);
-        for parameters shared by the batch it may ignore ``idx``.
+        ``rhs_for(idx)`` returns the batched right-hand side (a callable, see
+        :func:`projected_euler`) for the members ``idx`` (int array); for parameters shared by
+        the batch it may ignore ``idx``.
     cov0 : array_like, shape (B, d, d)
     settings : EulerSettings
     record_every : int
@@ -85,11 +96,14 @@ def run_paper_euler(rhs_for, cov0, settings, record_every=1, chunk=500, max_iter
     -------
     EulerRun
     """
-    if not isinstance(settings, EulerSettings):
-        raise TypeError(f"settings must be an EulerSettings, got {type(settings).__name__}")
+    as_instance("settings", settings, EulerSettings, "an EulerSettings")
+    if not callable(rhs_for):
+        raise TypeError(f"rhs_for must be a callable idx -> rhs, got {type(rhs_for).__name__}")
     S = as_float_array("cov0", cov0, ndim=3).copy()
     B = S.shape[0]
-    total = settings.max_iter if max_iter is None else int(max_iter)
+    total = settings.max_iter if max_iter is None else as_count("max_iter", max_iter, 1)
+    record_every = as_count("record_every", record_every, 1)
+    chunk = as_count("chunk", chunk, 1)
     if chunk % record_every:
         chunk = record_every * max(1, chunk // record_every)
     paths = [[] for _ in range(B)]
@@ -99,7 +113,11 @@ def run_paper_euler(rhs_for, cov0, settings, record_every=1, chunk=500, max_iter
     done = 0
     while idx.size and done < total:
         n = min(chunk, total - done)
-        res = projected_euler(rhs_for(idx), S[idx], settings.h, tol_low=settings.tol_low,
+        rhs = rhs_for(idx)
+        if not callable(rhs):
+            raise TypeError(f"rhs_for must return a callable S -> rhs(S), got "
+                            f"{type(rhs).__name__}")
+        res = projected_euler(rhs, S[idx], settings.h, tol_low=settings.tol_low,
                               tol_high=settings.tol_high, max_iter=n,
                               record_every=record_every)
         for j, b in enumerate(idx):

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._checks import as_float_array
-from ..attention import L2, MultiHead, Sinkhorn, Softmax
+from .._checks import as_count, as_float_array
+from ..attention import L2, Attention, MultiHead, Sinkhorn, Softmax
 from ..gaussian import covariance_rhs
 
 __all__ = ["VARIANTS", "paper_parameters", "paper_attention", "paper_rhs"]
@@ -44,7 +45,7 @@ def _sinkhorn_parameters(Q, K, V, H):
 
 def _multihead_parameters(Q, K, V, H):
     d = Q.shape[-1]
-    if isinstance(H, (bool, np.bool_)) or not isinstance(H, (int, np.integer)) or H < 1 or d % H:
+    if d % H:
         raise ValueError(f"H must be a positive integer dividing d={d}, got {H!r}")
     k = d // H
     As, Vs = [], []
@@ -83,7 +84,8 @@ def _variant(variant):
         raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}") from None
 
 
-def _validated(Q, K, V):
+def _validated(Q, K, V, H):
+    as_count("H", H, 1)     # validated for every variant, even those that ignore it
     Q = as_float_array("Q", Q)
     K = as_float_array("K", K)
     V = as_float_array("V", V)
@@ -96,7 +98,8 @@ def _validated(Q, K, V):
     return Q, K, V
 
 
-def paper_parameters(Q, K, V, variant, H=1):
+def paper_parameters(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
+                     H: int = 1) -> dict:
     r"""Our parameters for the official code's ``rhs_<variant>(S, Q, K, V, d, H)``.
 
     Parameters
@@ -120,7 +123,7 @@ def paper_parameters(Q, K, V, variant, H=1):
         * ``"sinkhorn"``: ``A = K^T Q`` (no scaling), ``V``, ``eps = 1.0``.
     """
     entry = _variant(variant)
-    return entry.parameters(*_validated(Q, K, V), H)
+    return entry.parameters(*_validated(Q, K, V, H), H)
 
 
 def _draw(params, i):
@@ -130,7 +133,8 @@ def _draw(params, i):
             for key, val in params.items()}
 
 
-def paper_attention(Q, K, V, variant, H=1):
+def paper_attention(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
+                    H: int = 1) -> Attention | list[Attention]:
     r"""The attention of the official code's ``rhs_<variant>`` with its scalings.
 
     Parameters
@@ -146,14 +150,15 @@ def paper_attention(Q, K, V, variant, H=1):
     Attention, or list of n Attentions when the inputs carry a batch axis
     """
     entry = _variant(variant)
-    Q, K, V = _validated(Q, K, V)
+    Q, K, V = _validated(Q, K, V, H)
     params = entry.parameters(Q, K, V, H)
     if Q.ndim == 2:
         return entry.build(params)
     return [entry.build(_draw(params, i)) for i in range(Q.shape[0])]
 
 
-def paper_rhs(Q, K, V, variant, H=1):
+def paper_rhs(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
+              H: int = 1) -> Callable[[np.ndarray], np.ndarray]:
     r"""The batched covariance right-hand side ``S (B, d, d) -> S'`` of :func:`paper_attention`.
 
     :func:`tpde_lib.gaussian.covariance_rhs` of the attention (the covariance ODEs do not

@@ -37,6 +37,7 @@ A minimal variant sets ``self.d`` (and ``self.causal``, default False) and imple
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -219,7 +220,8 @@ class Attention:
             The field is not finite (e.g. unnormalised attention at large scores).
         """
         mu = as_measure(mu)
-        t = float(as_float_array("t", t, ndim=0))
+        if type(t) is not float or not math.isfinite(t):          # (a finite float: as is)
+            t = float(as_float_array("t", t, ndim=0))
         d = getattr(self, "d", None)
         if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
             raise TypeError(f"{self.name} must set self.d, the token dimension (a positive int), "
@@ -248,7 +250,7 @@ class Attention:
         if out.shape != (mu.n, d):
             raise ValueError(f"{self.name}.field returned shape {out.shape}, expected "
                              f"({mu.n}, {d})")
-        if not np.all(np.isfinite(out)):
+        if not np.isfinite(out).all():
             raise FloatingPointError(f"{self.name} velocity field is not finite at t={t:g} "
                                      "(overflow, or NaN from the field)")
         return out

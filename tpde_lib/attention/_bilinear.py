@@ -15,7 +15,8 @@ import numpy as np
 from .. import gaussian_odes
 from .._checks import as_flag
 from ._base import Attention, GaussianClosure, matrix_param, square_param
-from ._kernels import kernel_sums, normalised, support, times_transpose, weighted_values
+from ._kernels import engine_sums, normalised, support, times_transpose, weighted_values
+from ._threads import held_blas
 
 __all__ = ["Softmax", "Unnormalised", "Sigmoid", "Linear"]
 
@@ -111,13 +112,14 @@ class Softmax(_Bilinear):
         """
         n = points.shape[0]
         keys, w, k_pos = support(points, weights, positions)
-        queries = [h.queries(points, t) for h in heads]
-        queries = queries[0] if len(heads) == 1 else np.concatenate(queries)    # no copy of one
-        q_pos = None if positions is None else np.tile(positions, len(heads))
-        nd = kernel_sums(queries, keys, weighted_values(keys, w), "softmax", q_pos, k_pos)
-        out = normalised(nd[:n], heads[0].V(t))
-        for i, h in enumerate(heads[1:], start=1):
-            out += normalised(nd[i * n:(i + 1) * n], h.V(t))
+        with held_blas(len(heads) * n * keys.shape[0]):     # BLAS on one thread for the call
+            queries = [h.queries(points, t) for h in heads]
+            queries = queries[0] if len(heads) == 1 else np.concatenate(queries)  # no copy of one
+            q_pos = None if positions is None else np.tile(positions, len(heads))
+            nd = engine_sums(queries, keys, weighted_values(keys, w), "softmax", q_pos, k_pos)
+            out = normalised(nd[:n], heads[0].V(t))
+            for i, h in enumerate(heads[1:], start=1):
+                out += normalised(nd[i * n:(i + 1) * n], h.V(t))
         return out
 
     def gaussian_rhs(self, mean, cov, t=0.0):
@@ -154,10 +156,11 @@ class Unnormalised(_Bilinear):
 
     def field(self, points, weights, positions, t):
         keys, w, k_pos = support(points, weights, positions)
-        s, row_max = kernel_sums(self.queries(points, t), keys, keys * w[:, None], "exp",
-                                 positions, k_pos)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return times_transpose(s * np.exp(row_max)[:, None], self.V(t))
+        with held_blas(points.shape[0] * keys.shape[0]):
+            s, row_max = engine_sums(self.queries(points, t), keys, keys * w[:, None], "exp",
+                                     positions, k_pos)
+            with np.errstate(over="ignore", invalid="ignore"):
+                return times_transpose(s * np.exp(row_max)[:, None], self.V(t))
 
     def mobility(self, t=0.0):
         r"""Mobility :math:`P = -VA^{-1}` of the interaction energy
@@ -188,12 +191,13 @@ class Sigmoid(_Bilinear):
             raise ValueError(f"bias must be finite, got {bias!r}")
 
     def field(self, points, weights, positions, t):
-        qa = self.queries(points, t)
-        queries = np.hstack([qa, np.ones((qa.shape[0], 1))])
         keys, w, k_pos = support(points, weights, positions)
-        key_feats = np.hstack([keys, np.full((keys.shape[0], 1), self.bias)])
-        s = kernel_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
-        return times_transpose(s, self.V(t))
+        with held_blas(points.shape[0] * keys.shape[0]):
+            qa = self.queries(points, t)
+            queries = np.hstack([qa, np.ones((qa.shape[0], 1))])
+            key_feats = np.hstack([keys, np.full((keys.shape[0], 1), self.bias)])
+            s = engine_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
+            return times_transpose(s, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Not available: the field of a Gaussian is not affine in x (see

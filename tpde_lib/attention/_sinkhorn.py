@@ -45,7 +45,8 @@ from .._checks import as_flag, as_positive
 from ._base import GaussianClosure, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._dense import dense_kernel, matvec
-from ._kernels import kernel_sums, normalised, weighted_values
+from ._kernels import engine_sums, normalised, weighted_values
+from ._threads import held_blas
 
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
@@ -381,11 +382,12 @@ class Sinkhorn(_Bilinear):
 
     def field(self, points, weights, positions, t):
         Y, w, A, _ = self._prepare(points, weights, t)
-        _, g = self._solve(Y, w, A, t)
-        queries = np.hstack([points @ (A.T / self.eps), np.ones((points.shape[0], 1))])
-        keys = np.hstack([Y, g[:, None]])
-        nd = kernel_sums(queries, keys, weighted_values(Y, w), "softmax")
-        return normalised(nd, self.V(t))
+        with held_blas(Y.shape[0] * Y.shape[0]):         # BLAS on one thread for the call
+            _, g = self._solve(Y, w, A, t)
+            queries = np.hstack([points @ (A.T / self.eps), np.ones((points.shape[0], 1))])
+            keys = np.hstack([Y, g[:, None]])
+            nd = engine_sums(queries, keys, weighted_values(Y, w), "softmax")
+            return normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Sinkhorn Gaussian closure (:func:`tpde_lib.gaussian_odes.sinkhorn_rhs`)."""

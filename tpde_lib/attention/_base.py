@@ -42,12 +42,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import as_float_array
 from .._params import Param
 from ..measures import Empirical
 
-__all__ = ["Attention", "GaussianClosure", "PROTOCOL"]
+__all__ = ["Attention", "GaussianClosure", "PROTOCOL", "MatrixLike"]
+
+#: a parameter of a variant: a constant (d, d) array, or a callable ``t -> array`` (layer weights)
+MatrixLike = ArrayLike | Callable[[float], ArrayLike]
 
 #: the methods that belong to the class defining the field (never inherited across a new field)
 PROTOCOL = ("gaussian_rhs", "batched_closure", "growth_rate", "support_radius", "log_lipschitz",
@@ -174,7 +178,8 @@ class Attention:
         return type(self).__name__
 
     # ---- the field -----------------------------------------------------------------------
-    def field(self, points, weights, positions, t):
+    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
+              t: float) -> np.ndarray:
         r"""The velocity :math:`\Gamma_\mu(t, x_i)` at the points of :math:`\mu = \sum_j w_j\delta_{x_j}`.
 
         Called by :meth:`velocity` on validated data; implement it in a variant.
@@ -197,7 +202,7 @@ class Attention:
         raise NotImplementedError(f"{self.name} must implement field(points, weights, "
                                   "positions, t)")
 
-    def velocity(self, mu, t=0.0):
+    def velocity(self, mu: Empirical | np.ndarray, t: float = 0.0) -> np.ndarray:
         r"""The velocity field :math:`\Gamma_{\mu}(t, x_i)` at every point of ``mu``.
 
         Parameters
@@ -256,7 +261,8 @@ class Attention:
         return out
 
     # ---- Gaussian closure ----------------------------------------------------------------
-    def gaussian_rhs(self, mean, cov, t=0.0):
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
+                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Right-hand side :math:`(\alpha', \Sigma')` of the Gaussian closure.
 
         Raises ``NotImplementedError`` for variants that do not preserve Gaussians.
@@ -265,7 +271,7 @@ class Attention:
                                   "mean/covariance ODE): it does not preserve Gaussians, or "
                                   "its closure is not implemented")
 
-    def batched_closure(self):
+    def batched_closure(self) -> GaussianClosure:
         """The closure vectorised over a batch (:class:`GaussianClosure`).
 
         Raises ``NotImplementedError`` when the variant has none; the batched solver then calls
@@ -273,7 +279,8 @@ class Attention:
         """
         raise NotImplementedError(f"{self.name} attention has no batched Gaussian closure")
 
-    def check_gaussian(self, mean, cov, t=0.0):
+    def check_gaussian(self, mean: ArrayLike, cov: ArrayLike,
+                       t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Validate a closure's arguments: ``mean`` (d,), ``cov`` (d, d) symmetric PSD, finite.
 
         The covariance may be indefinite at round-off level (mid-integration states of
@@ -306,14 +313,14 @@ class Attention:
         return any(isinstance(v, Param) and not v.is_constant for v in vars(self).values())
 
     # ---- stability constants -------------------------------------------------------------
-    def growth_rate(self, t=0.0):
+    def growth_rate(self, t: float = 0.0) -> float:
         r""":math:`c(t)` such that :math:`|\Gamma_\mu(t, x)| \le c(t)\,R` when
         :math:`\operatorname{supp}\mu \subset B_R` (so supports grow at most like
         :math:`e^{\int c}`)."""
         raise NotImplementedError(f"no growth bound for {self.name} attention: define "
                                   f"{type(self).__name__}.growth_rate")
 
-    def support_radius(self, T, R0, times):
+    def support_radius(self, T: float, R0: float, times: ArrayLike) -> float:
         r"""Radius :math:`R(T) = R_0 e^{T \max_t c(t)}` of a ball holding every support up to ``T``.
 
         Parameters
@@ -328,13 +335,13 @@ class Attention:
         rate = max(self.growth_rate(float(t)) for t in times)
         return R0 * np.exp(rate * T)
 
-    def log_lipschitz(self, R, t=0.0):
+    def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         r"""Logarithms :math:`(\log L_x(R), \log L_\mu(R))` of the Lipschitz constants of the
         field in the point and in the measure (W1) for supports in :math:`B_R`."""
         raise NotImplementedError(f"no Lipschitz constants for {self.name} attention: define "
                                   f"{type(self).__name__}.log_lipschitz")
 
-    def mobility(self, t=0.0):
+    def mobility(self, t: float = 0.0) -> np.ndarray:
         """Constant mobility matrix P of a gradient-flow structure (d, d)."""
         raise NotImplementedError(f"{self.name} attention has no gradient-flow mobility here")
 

@@ -30,6 +30,7 @@ never by the number of threads, so the results are bitwise identical for any thr
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -302,7 +303,10 @@ class _Job:
         np.sum(part, axis=0, out=out)
 
 
-def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
+def kernel_sums(queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
+                kind: str | Callable[[np.ndarray], np.ndarray | None],
+                q_pos: np.ndarray | None = None,
+                k_pos: np.ndarray | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     r"""Blocked kernel sums :math:`\sum_j \kappa(S_{ij})\,\mathrm{values}_j`, :math:`S = QK^\top`.
 
     Parameters
@@ -327,11 +331,14 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
           :math:`e^{M_i}` overflows only if the row maximum exceeds 700;
         - ``"sigmoid"``: :math:`\sigma(s) = 1/(1+e^{-s})`;
         - a callable ``kappa(S)`` applied to a block ``S`` (shape (b, c_b), a view of a tile):
-          it either overwrites ``S`` with :math:`\kappa(S)` in place (fastest, e.g. ``lambda S:
-          np.maximum(S, 0, out=S)`` for ReLU attention) or returns :math:`\kappa(S)` as a new
-          array of the same shape (e.g. ``np.exp``), which is then used. Masked entries are set to 0 after it
-          is applied. It is called from the worker threads, on disjoint tiles at the same time:
-          it must act on its argument only.
+          it either overwrites ``S`` with :math:`\kappa(S)` in place and returns None (fastest,
+          e.g. ``lambda S: np.maximum(S, 0, out=S)`` for ReLU attention; returning ``S`` itself
+          is the same) or returns :math:`\kappa(S)` as a new real array of exactly the block's
+          shape (e.g. ``np.exp``), which is then used. The result is checked where it comes back:
+          another shape (a scalar, one row), a complex or non-numeric array raise
+          ``ValueError``/``TypeError`` naming ``kind``, never broadcast; non-finite values raise
+          ``ValueError``. Masked entries are set to 0 after it is applied. It is called from the
+          worker threads, on disjoint tiles at the same time: it must act on its argument only.
     q_pos, k_pos : ndarray, shape (n,) and (m,), optional
         Sequence positions (masked attention): query ``i`` sees key ``j`` only when
         ``k_pos[j] <= q_pos[i]``. Give both or neither; no NaN.
@@ -355,10 +362,30 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
     for it).
 
     Threads: the row blocks are spread over ``TPDE_NUM_THREADS`` threads (environment variable;
-    default: the cores available; ``set_num_threads(k)`` in this module overrides it) for calls
-    of at least ``_PARALLEL_ENTRIES`` scores, with BLAS held to one thread meanwhile
-    (``threadpoolctl``). The results are bitwise identical for every number of threads: the
-    tiles and their operations depend only on the shapes and the data.
+    default: the cores available; :func:`set_num_threads` overrides it) for calls of at least
+    ``_PARALLEL_ENTRIES`` scores, with BLAS held to one thread for the whole call
+    (``threadpoolctl``) and restored afterwards. The results are bitwise identical for every
+    number of threads: the tiles and their operations depend only on the shapes and the data.
+    Shifted exponential scores are clamped at -700 where they may fall below it (module
+    docstring): the sums are unchanged.
+
+    Examples
+    --------
+    Sigmoid kernel sums of two queries against two keys (one value column of ones):
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> Q, K = np.array([[1.0], [0.0]]), np.array([[0.0], [1.0]])
+    >>> s = tp.kernel_sums(Q, K, np.ones((2, 1)), "sigmoid")
+    >>> np.allclose(s[:, 0], [0.5 + 1 / (1 + np.exp(-1.0)), 1.0])
+    True
+
+    A kernel of one's own, applied in place (ReLU), with a causal mask (query 0 sees key 0 only,
+    query 1 both keys, whose scores are 0):
+
+    >>> relu = lambda S: np.maximum(S, 0.0, out=S)
+    >>> pos = np.array([0.0, 1.0])
+    >>> tp.kernel_sums(Q, Q, np.ones((2, 1)), relu, pos, pos)[:, 0].tolist()
+    [1.0, 0.0]
     """
     _check_2d("queries", queries)
     _check_2d("keys", keys, queries.shape[1])

@@ -260,7 +260,8 @@ def sinkhorn_potentials(points: ArrayLike, weights: ArrayLike, A: ArrayLike, eps
     if omega0 >= 2.0:
         raise ValueError(f"omega0 must be in [1, 2) (an over-relaxation factor), got {omega0!r}")
     g0 = None if g0 is None else as_float_array("g0", g0, shape=(m,))
-    return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)
+    with held_blas(m * m):               # BLAS on one thread while the solver runs its own
+        return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)
 
 
 def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0):
@@ -376,8 +377,9 @@ class Sinkhorn(_Bilinear):
     def _solve(self, Y, w, A, t):
         warm = self.warm_start
         fits = warm is not None and warm["m"] == Y.shape[0] and warm["symmetric"] == _is_symmetric(A)
-        f, g, log = _potentials(Y, w, A, self.eps, self.tol, self.max_iter,
-                                warm["g"] if fits else None, warm["omega"] if fits else 1.0)
+        with held_blas(Y.shape[0] * Y.shape[0]):
+            f, g, log = _potentials(Y, w, A, self.eps, self.tol, self.max_iter,
+                                    warm["g"] if fits else None, warm["omega"] if fits else 1.0)
         self.last_log = log
         if log["converged"]:
             self.warm_start = {"m": Y.shape[0], "symmetric": log["symmetric"], "g": g.copy(),

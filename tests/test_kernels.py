@@ -744,3 +744,23 @@ def test_hidden_keys_never_raise_under_the_callers_errstate():
     with np.errstate(all="raise"):
         got = kernel_sums(X, X, np.ones((n, 1)), "softmax", pos, pos)
     assert np.isfinite(got).all() and got.min() >= 1.0      # each row sees itself: e^0
+
+
+def test_velocity_holds_blas_for_any_large_field_only(two_blas_threads):
+    # every variant (a reader's, multi-head, l2 ...) runs its field with BLAS at one thread when
+    # the call is large enough for the engine's threads, and with BLAS untouched otherwise
+    import tpde_lib as tp
+
+    class Probe(tp.Attention):
+        def __init__(self):
+            self.d, self.seen = 2, []
+
+        def field(self, points, weights, positions, t):
+            self.seen.append(_blas_threads()[0])
+            return np.zeros_like(points)
+
+    att = Probe()
+    X = np.random.default_rng(0).standard_normal((700, 2))
+    att.velocity(X)
+    att.velocity(X[:100])
+    assert att.seen == [1, 2] and set(_blas_threads()) == {2}

@@ -47,6 +47,7 @@ from numpy.typing import ArrayLike
 from .._checks import as_float_array
 from .._params import Param
 from ..measures import Empirical
+from ._threads import held_blas
 
 __all__ = ["Attention", "GaussianClosure", "PROTOCOL", "MatrixLike"]
 
@@ -220,7 +221,14 @@ class Attention:
         ------
         ValueError
             ``mu`` of the wrong dimension; causal attention without ``mu.positions``; a field
-            of the wrong shape.
+            of the wrong shape; ``TPDE_NUM_THREADS`` not a positive integer (large calls).
+
+        Notes
+        -----
+        A call with :math:`n^2 \ge 2^{18}` runs the field with BLAS held to one thread when the
+        engine runs its own threads (:func:`~tpde_lib.set_num_threads`), BLAS's own threads
+        restored afterwards: the kernel engine parallelises over row blocks, and BLAS threads
+        spinning around its small products slowed a field 1.6 to 2.3 times (benchmarks/NOTES.md).
         FloatingPointError
             The field is not finite (e.g. unnormalised attention at large scores).
         """
@@ -247,7 +255,10 @@ class Attention:
             if np.any(positions < positions[w > 0].min()):
                 raise ValueError("causal attention: every token needs a token of positive weight "
                                  "at a position <= its own (positions vs weights)")
-        out = self.field(mu.points, mu.weights, positions, t)
+        # a large call runs the engine's threads: BLAS on one thread for the whole field (the
+        # products before and after the engine's blocks included), restored afterwards
+        with held_blas(mu.n * mu.n):
+            out = self.field(mu.points, mu.weights, positions, t)
         out = np.asarray(out)
         if out.dtype.kind not in "fiu":
             raise TypeError(f"{self.name}.field returned an array of dtype {out.dtype}, expected "

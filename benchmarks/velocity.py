@@ -1,55 +1,54 @@
 """Speed and memory of the attention velocity fields (a script, not a test).
 
-Prints, side by side in one run, for n = 1000, 4000, 16000 tokens and d = 2, 16:
+Prints, side by side in one run, for n = 1000, 4000, 16000 tokens and d = 2, 16, 64:
 
 * each field's time (``att.velocity(mu)``, uniform weights) and its ratios to
-  - the *exp bound*: n^2 x the measured in-cache time of one ``np.exp`` (one core), divided by
-    the cores used, i.e. the time of the n^2 exponentials alone (a softmax field needs them;
-    2 n^2 for the two-head field);
+  - the *bound*: the field's n^2 exponentials plus its two thin products (scores ``Q K^T`` with
+    max(d, 4) inner columns, and the product with the d + 1 value columns), each at its measured
+    in-cache one-core speed on a 256-row tile, divided by the cores used: what a blocked numpy
+    evaluation cannot go below (``cpu/bnd``: our CPU time over all threads against the one-core
+    time of that work, the same ratio on an idle machine with perfect scaling);
   - the plain numpy version of the same field (full n x n matrices, three lines; skipped where
     those matrices would exceed ``PLAIN_MAX_BYTES``);
-  - ``jax.jit`` of the same field in float64 (``pip install -r requirements-bench.txt``;
-    "JAX not installed" otherwise), compiled before timing;
-  and the largest difference to the plain or jax value (they compute the same field); the
-  header also prints how much faster the cores run ``np.exp`` together than one alone (the exp
-  bound assumes they scale perfectly; measured here: 1.4 to 1.8 for two, from run to run);
+  - ``jax.jit`` of the same field in float64, dense (``/jax``), and for the softmax fields blocked
+    (``/jaxblk``: rows of 256 queries through ``lax.map``, the memory of one block at a time);
+  - torch's fused ``scaled_dot_product_attention`` in float64 for the softmax fields
+    (``/torch``);
+  and the largest relative difference to any peer (they compute the same field; ``!`` marks one
+  above 1e-11). JAX and torch are optional (``pip install -r requirements-bench.txt``, torch
+  separately); a missing one prints ``-``.
 * our Sinkhorn attention divided by POT's log-domain Sinkhorn (``ot.sinkhorn(...,
   method="sinkhorn_log")``) at the same tolerance, both from a cold start (our ``tol`` is on the L1
   marginal violation, which bounds POT's L2 ``stopThr``: ours does at least as much);
 * one softmax evaluation at n = 100,000, d = 2 in a child process whose address space is capped
   at 3 GiB: time and peak resident memory.
 
+The script runs in the environment a reader has: it sets no ``OPENBLAS_NUM_THREADS`` (it prints
+what it finds). ``kernel_sums`` threads over row blocks itself (``TPDE_NUM_THREADS``, default:
+all cores) and holds BLAS to one thread during each field's call; JAX and torch use their own
+thread pools (torch set to the same number of threads).
+
 Every time is the smallest of a few repeats (the least disturbed by the other processes of a
-shared machine), taken over three rounds in which ours, numpy's and jax's take turns (blocks of
-calls), so that their ratios compare the same conditions; at n = 1000, twelve rounds of 20
-calls, since ``jax.jit``'s best time there moves between two levels from one round to the next
-(d = 16: about 1.1 and 1.6 ms, measured): with six rounds of 8 the table showed softmax at 0.81
-to 0.90 of jax where twelve rounds of 20 gave 0.93 to 1.00, its lower level being found less
-often. The load average is printed with the
-table. Run: ``python
-benchmarks/velocity.py [--quick]`` (``--quick``: n = 1000, 4000 only). BLAS threads default to 1
-(``OPENBLAS_NUM_THREADS``): ``kernel_sums`` threads over row blocks itself (``TPDE_NUM_THREADS``,
-default: all cores), and JAX uses its own thread pool.
+shared machine), taken over rounds in which ours and each peer take turns (blocks of calls), so
+that their ratios compare the same conditions; at n = 1000, twelve rounds of 20 calls, since
+``jax.jit``'s best time there moves between two levels from one round to the next. The load
+average is printed on every line. Run: ``python benchmarks/velocity.py [--quick]`` (``--quick``:
+n = 1000, 4000 only). What the numbers showed, and why, is in ``benchmarks/NOTES.md``.
 """
 
+import math
 import os
+import subprocess
+import sys
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", os.environ["OPENBLAS_NUM_THREADS"])
+import numpy as np
 
-import math  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-
-import numpy as np  # noqa: E402
-import ot  # noqa: E402
-
-from tpde_lib.attention import L2, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised  # noqa: E402
-from tpde_lib.attention._kernels import get_num_threads  # noqa: E402
-from tpde_lib.measures import Empirical  # noqa: E402
+from tpde_lib.attention import L2, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised
+from tpde_lib.attention._kernels import _BLOCK_COLS, _BLOCK_COLS_WIDE, _NARROW, get_num_threads
+from tpde_lib.measures import Empirical
 
 try:
     import jax
@@ -58,6 +57,16 @@ try:
     jax.config.update("jax_enable_x64", True)
 except ImportError:
     jax = None
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+
+try:
+    from threadpoolctl import threadpool_info, threadpool_limits
+except ImportError:
+    threadpool_info = threadpool_limits = None
 
 #: the plain numpy versions are skipped above this size of one n x n float64 matrix
 PLAIN_MAX_BYTES = 600 * 2**20
@@ -155,6 +164,47 @@ def _unnormalised_plain(xp, X, A, V):
     return xp.exp(X @ A.T @ X.T) @ X @ V.T / X.shape[0]
 
 
+#: rows of queries per block of the blocked jax peer
+JAX_BLOCK = 256
+
+
+def _softmax_jax_blocked(A, V, causal=False):
+    """``jax.jit`` of the softmax field over blocks of ``JAX_BLOCK`` query rows (``lax.map``):
+    one block's n-wide scores in memory at a time, as our engine keeps one tile per thread."""
+    Aj, Vj = jnp.asarray(A), jnp.asarray(V)
+
+    def field(X):
+        n = X.shape[0]
+        nb = -(-n // JAX_BLOCK)
+        Q = jnp.pad(X @ Aj.T, ((0, nb * JAX_BLOCK - n), (0, 0))).reshape(nb, JAX_BLOCK, -1)
+        rows = jnp.arange(nb * JAX_BLOCK).reshape(nb, JAX_BLOCK)
+
+        def block(args):
+            q, i = args
+            S = q @ X.T
+            if causal:                   # positions 0..1 increasing: key j seen by row i if j <= i
+                S = jnp.where(jnp.arange(n)[None, :] <= i[:, None], S, -jnp.inf)
+            E = jnp.exp(S - S.max(axis=1, keepdims=True))
+            return (E @ X) / E.sum(axis=1, keepdims=True)
+
+        out = jax.lax.map(block, (Q, rows)).reshape(nb * JAX_BLOCK, -1)[:n]
+        return out @ Vj.T
+
+    return jax.jit(field)
+
+
+def _softmax_torch(A, V, causal=False):
+    """torch's fused ``scaled_dot_product_attention`` (float64) for the softmax field."""
+    At, Vt = torch.from_numpy(A), torch.from_numpy(V)
+
+    def field(Xt):
+        with torch.inference_mode():
+            q, k = (Xt @ At.T)[None], Xt[None]
+            return F.scaled_dot_product_attention(q, k, k, scale=1.0, is_causal=causal)[0] @ Vt.T
+
+    return field
+
+
 def _cases(n, d, rng):
     X = rng.standard_normal((n, d))
     A = rng.standard_normal((d, d)) / math.sqrt(d)
@@ -163,72 +213,128 @@ def _cases(n, d, rng):
     bias = -math.log(n)
     mu, mu_c = Empirical(X), Empirical(X, positions=np.linspace(0, 1, n))
     return X, [
-        # name, ours, plain(xp, X), exponentials per pair of tokens (the exp bound's count)
+        # name, ours, plain(xp, X), exponentials per pair of tokens (the bound's count),
+        # softmax heads (A, causal) for the blocked jax and torch peers (None: no such peer)
         ("Softmax", lambda: Softmax(A, V).velocity(mu), lambda xp, X: _softmax_plain(xp, X, A, V),
-         1),
+         1, [(A, False)]),
         ("Softmax causal", lambda: Softmax(A, V, causal=True).velocity(mu_c),
-         lambda xp, X: _softmax_plain(xp, X, A, V, xp.tril(xp.ones((n, n), dtype=bool))), 1),
-        ("L2", lambda: L2(Q, K, V).velocity(mu), lambda xp, X: _l2_plain(xp, X, Q, K, V), 1),
+         lambda xp, X: _softmax_plain(xp, X, A, V, xp.tril(xp.ones((n, n), dtype=bool))), 1,
+         [(A, True)]),
+        ("L2", lambda: L2(Q, K, V).velocity(mu), lambda xp, X: _l2_plain(xp, X, Q, K, V), 1, None),
         ("Sigmoid", lambda: Sigmoid(A, V, bias=bias).velocity(mu),
-         lambda xp, X: _sigmoid_plain(xp, X, A, V, bias), 1),
+         lambda xp, X: _sigmoid_plain(xp, X, A, V, bias), 1, None),
         ("Unnormalised", lambda: Unnormalised(A, V).velocity(mu),
-         lambda xp, X: _unnormalised_plain(xp, X, A, V), 1),
+         lambda xp, X: _unnormalised_plain(xp, X, A, V), 1, None),
         ("MultiHead (2 heads)", lambda: MultiHead([Softmax(A, V), Softmax(A.T, V)]).velocity(mu),
-         lambda xp, X: _softmax_plain(xp, X, A, V) + _softmax_plain(xp, X, A.T, V), 2),
-    ]
+         lambda xp, X: _softmax_plain(xp, X, A, V) + _softmax_plain(xp, X, A.T, V), 2,
+         [(A, False), (A.T, False)]),
+    ], V
 
 
-def velocity_table(sizes=(1000, 4000, 16000), dims=(2, 16), seed=0):
+def product_seconds(d):
+    """One-core in-cache time per score of the engine's two thin products at dimension ``d``:
+    the score product (max(d, 4) inner columns) and the product with the d + 1 value columns
+    (padded to 4), on one tile of 256 rows by the engine's tile width."""
+    rng = np.random.default_rng(0)
+    p, c = max(d, _NARROW), max(d + 1, _NARROW)
+    cols = _BLOCK_COLS if p <= _NARROW else _BLOCK_COLS_WIDE
+    keys, q_t = rng.standard_normal((cols, p)), rng.standard_normal((p, 256))
+    vals, T = rng.standard_normal((cols, c)), np.empty((cols, 256))
+    out = np.empty((256, c))
+
+    def tile():
+        np.matmul(keys, q_t, out=T)
+        np.matmul(T.T, vals, out=out)
+
+    limit = threadpool_limits(1, user_api="blas") if threadpool_limits else None
+    try:
+        return min(best_time(tile, 200) for _ in range(10)) / (cols * 256)
+    finally:
+        if limit is not None:
+            limit.unregister()
+
+
+def _peers(name, plain, heads, V, X, n, plain_ok):
+    """The peers of one field: (column, callable, value) for those that run here."""
+    peers = []
+    if plain_ok:
+        peers.append(("numpy", lambda: plain(np, X), plain(np, X)))
+    if jax is not None and 8 * n * n <= JAX_MAX_BYTES:
+        Xj = jnp.asarray(X)
+        fj = jax.jit(lambda Xj: plain(jnp, Xj))
+        peers.append(("jax", lambda: fj(Xj).block_until_ready(), np.asarray(fj(Xj))))
+    if jax is not None and heads:
+        Xj = jnp.asarray(X)
+        fbs = [_softmax_jax_blocked(Ah, V, c) for Ah, c in heads]
+
+        def blocked():
+            return sum(f(Xj) for f in fbs).block_until_ready()
+        peers.append(("jaxblk", blocked, np.asarray(blocked())))
+    if torch is not None and heads:
+        Xt = torch.from_numpy(X)
+        fts = [_softmax_torch(Ah, V, c) for Ah, c in heads]
+
+        def fused():
+            return sum(f(Xt) for f in fts)
+        peers.append(("torch", fused, fused().numpy()))
+    return peers
+
+
+COLUMNS = ("numpy", "jax", "jaxblk", "torch")
+
+
+def velocity_table(sizes=(1000, 4000, 16000), dims=(2, 16, 64), seed=0):
     cores = get_num_threads()
+    if torch is not None:
+        torch.set_num_threads(cores)
     t_exp = exp_seconds()
-    print(f"exp bound: {t_exp * 1e9:.3f} ns per exp in cache (one core), / {cores} cores used; "
-          f"jax: {'jax ' + jax.__version__ + ' (jit, float64)' if jax else 'JAX not installed'}")
+    jax_v = f"jax {jax.__version__} (jit, float64)" if jax else "not installed"
+    torch_v = f"torch {torch.__version__} (float64, {cores} threads)" if torch else "not installed"
+    print(f"bound: {t_exp * 1e9:.3f} ns per exp in cache (one core) plus the two thin products "
+          f"(below), / {cores} cores used; jax: {jax_v}; torch: {torch_v}")
     if cores > 1:
         t_par = exp_seconds_threads(cores)
         print(f"measured: {cores} threads of exp run {t_exp / t_par:.2f} times as fast as one "
               f"(the bound assumes {cores})")
-    head = (f"{'n':>6s}{'d':>4s}  {'field':22s}{'ours [ms]':>10s}{'/exp bnd':>9s}{'cpu/exp':>8s}"
-            f"{'/numpy':>8s}{'/jax':>8s}{'rel.diff':>11s}   load")
+    t_prod = {d: product_seconds(d) for d in dims}
+    print("thin products, ns per score (one core, in cache): "
+          + ", ".join(f"d={d}: {t * 1e9:.3f}" for d, t in t_prod.items()))
+    head = (f"{'n':>6s}{'d':>4s}  {'field':21s}{'ours [ms]':>10s}{'/bound':>8s}{'cpu/bnd':>8s}"
+            + "".join(f"{'/' + c:>8s}" for c in COLUMNS) + f"{'max.diff':>10s}   load")
     print(head)
     rng = np.random.default_rng(seed)
     for n in sizes:
         for d in dims:
-            X, cases = _cases(n, d, rng)
+            X, cases, V = _cases(n, d, rng)
             plain_ok = 8 * n * n <= PLAIN_MAX_BYTES
-            jax_ok = jax is not None and 8 * n * n <= JAX_MAX_BYTES
-            for name, ours, plain, exps in cases:
-                bound = exps * n * n * t_exp / cores          # the field's exponentials alone
+            per_score = t_exp + t_prod[d]
+            for name, ours, plain, exps, heads in cases:
+                work = exps * n * n * per_score                 # one core
                 repeat = {1000: 20, 4000: 3}.get(n, 1)
                 rounds = 12 if n <= 1000 else 3    # jax.jit's time there moves between rounds
                 v = ours()                                        # warm up
-                fns, ref = [ours], None
-                if plain_ok:
-                    ref = plain(np, X)
-                    fns.append(lambda f=plain, X=X: f(np, X))
-                if jax_ok:
-                    Xj = jnp.asarray(X)
-                    fj = jax.jit(lambda Xj, f=plain: f(jnp, Xj))
-                    vj = np.asarray(fj(Xj).block_until_ready())       # compile
-                    ref = vj if ref is None else ref
-                    fns.append(lambda f=fj, a=Xj: f(a).block_until_ready())
-                times, cpu = interleaved_best(fns, repeat, rounds)
-                t, others = times[0], iter(times[1:])
-                cols = [f"{t / next(others):8.2f}" if ok else f"{'-':>8s}"
-                        for ok in (plain_ok, jax_ok)]
-                diff = (f"{np.abs(v - ref).max() / np.abs(ref).max():11.1e}" if ref is not None
-                        else f"{'-':>11s}")
-                print(f"{n:6d}{d:4d}  {name:22s}{t * 1e3:10.1f}{t / bound:9.2f}"
-                      f"{cpu / (exps * n * n * t_exp):8.2f}"
-                      + "".join(cols) + diff + f"   {load()}", flush=True)
-    print("(exp bound: the field's exponentials alone, n^2 of them, 2 n^2 for two heads; cpu/exp: "
-          "our CPU time over all threads / the one-core time of those exp, i.e. the "
-          "exp-bound ratio on an idle machine\n with perfect scaling; ratios < 1: ours faster; "
-          "rel.diff: max |ours - plain (or jax)| / max |plain|; '-': "
-          f"not run, one n x n matrix would exceed {PLAIN_MAX_BYTES / 2**20:.0f} MiB (numpy) or "
-          f"{JAX_MAX_BYTES / 2**20:.0f} MiB (jax))")
+                peers = _peers(name, plain, heads, V, X, n, plain_ok)
+                times, cpu = interleaved_best([ours] + [f for _, f, _ in peers], repeat, rounds)
+                t = times[0]
+                ratio = {c: t / tp for (c, _, _), tp in zip(peers, times[1:])}
+                diff = max((np.abs(v - ref).max() / np.abs(ref).max() for _, _, ref in peers),
+                           default=np.nan)
+                print(f"{n:6d}{d:4d}  {name:21s}{t * 1e3:10.1f}{t / (work / cores):8.2f}"
+                      f"{cpu / work:8.2f}"
+                      + "".join(f"{ratio[c]:8.2f}" if c in ratio else f"{'-':>8s}"
+                                for c in COLUMNS)
+                      + f"{diff:9.1e}{'!' if diff > 1e-11 else ' '}   {load()}", flush=True)
+    print("(bound: the field's exponentials and thin products alone, n^2 of each, 2 n^2 for two "
+          "heads, at one core's in-cache speed / the cores; cpu/bnd: our CPU time over all "
+          "threads / their one-core time; ratios < 1: ours faster; max.diff: max |ours - peer| "
+          "/ max |peer| over the peers, '!' above 1e-11; '-': not run (not installed, no such "
+          f"peer, or one n x n matrix above {PLAIN_MAX_BYTES / 2**20:.0f} MiB for numpy, "
+          f"{JAX_MAX_BYTES / 2**20:.0f} MiB for dense jax))")
 
 
 def sinkhorn_table(n=4000, dims=(2, 16), tol=1e-9, eps=1.0, seed=1):
+    import ot  # POT (imported here: it may pull in jax and torch)
+
     rng = np.random.default_rng(seed)
     print(f"\nSinkhorn attention vs POT ot.sinkhorn(method='sinkhorn_log'), n={n}, eps={eps}, "
           f"tol={tol:g} (cold starts)")
@@ -297,10 +403,16 @@ def memory_line(n=100_000):
 
 
 if __name__ == "__main__":
+    import ot
+
     quick = "--quick" in sys.argv
-    print(f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, numpy {np.__version__}, "
-          f"POT {ot.__version__}, kernel_sums threads {get_num_threads()}, "
-          f"cpu_count {os.cpu_count()}, load average {load()}")
+    blas = ([f"{i['internal_api']} {i['num_threads']} threads" for i in threadpool_info()
+             if i["user_api"] == "blas"] if threadpool_info else ["threadpoolctl not installed"])
+    print(f"environment as a reader's: OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, OMP_NUM_THREADS="
+          f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}; BLAS: {', '.join(blas)}; "
+          f"numpy {np.__version__}, POT {ot.__version__}, kernel_sums threads "
+          f"{get_num_threads()}, cpu_count {os.cpu_count()}, load average {load()}")
     velocity_table(sizes=(1000, 4000) if quick else (1000, 4000, 16000))
     sinkhorn_table()
     memory_line()

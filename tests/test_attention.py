@@ -424,7 +424,7 @@ def test_gaussian_rhs_unavailable_variants_say_so(att, name):
 
 
 # ---------------------------------------------------------------------------------------------
-# Gaussian closures (delegated to gaussian_odes; checked here against closed forms derived from
+# Gaussian closures (delegated to tpde_lib.gaussian; checked here against closed forms derived from
 # the affine field Gamma(x) = b + M x: alpha' = b + M alpha, Sigma' = M Sigma + Sigma M^T,
 # appendix eq-closure)
 # ---------------------------------------------------------------------------------------------
@@ -496,3 +496,86 @@ def test_gaussian_rhs_rejects_a_non_symmetric_covariance():
     att = Softmax(np.eye(2), np.eye(2))
     with pytest.raises(ValueError, match="cov must be symmetric"):
         att.gaussian_rhs(np.zeros(2), [[1.0, 5.0], [-3.0, 1.0]])
+
+
+# ---------------------------------------------------------------------------------------------
+# time-dependent parameters are checked at every t where they come back; docstring examples;
+# what importing the attention package loads
+# ---------------------------------------------------------------------------------------------
+
+def _at_half(good, bad):
+    """A callable parameter valid at t = 0 (where the constructor probes it), bad at t = 0.5."""
+    return lambda t: good if t == 0 else bad
+
+
+_I2 = np.eye(2)
+
+
+@pytest.mark.parametrize("make,name,bad,error,match", [
+    (lambda p: Softmax(p, _I2), "A", np.eye(3), ValueError, r"shape \(2, 2\), got \(3, 3\)"),
+    (lambda p: Softmax(_I2, p), "V", np.full((2, 2), np.nan), ValueError, "NaN or infinite"),
+    (lambda p: Sigmoid(p, _I2), "A", 1.0, ValueError, r"got shape \(\)"),        # a scalar
+    (lambda p: Unnormalised(_I2, p), "V", _I2 + 1j, TypeError, "complex"),
+    (lambda p: Linear(p, _I2), "A", np.ones((1, 2)), ValueError, r"got \(1, 2\)"),  # one row
+    (lambda p: L2(p, _I2, _I2), "Q", _I2 > 0, TypeError, "bool"),
+    (lambda p: Softmax.from_qk(_I2, p, _I2), "K", "I", TypeError, "real numbers"),
+    (lambda p: Sinkhorn(_I2, p), "V", np.eye(3), ValueError, "shape"),
+])
+def test_a_bad_time_dependent_parameter_is_named_with_its_time(make, name, bad, error, match):
+    att = make(_at_half(_I2, bad))
+    X = np.random.default_rng(0).standard_normal((20, 2))
+    with pytest.raises(error, match=match) as info:
+        att.velocity(Empirical(X), t=0.5)
+    assert f"{name}(t=0.5)" in str(info.value)
+
+
+@pytest.mark.parametrize("module", ["_base", "_bilinear", "_kernels", "_sinkhorn", "_threads"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+    mod = importlib.import_module(f"tpde_lib.attention.{module}")
+    res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted > 0 and res.failed == 0
+
+
+def test_importing_attention_loads_no_plotting_statistics_or_transport_module(tmp_path):
+    # the attention package on its own (tpde_lib's __init__, which other modules extend, stubbed
+    # out): no scipy.stats, matplotlib.pyplot or POT at import time
+    import pathlib
+    import subprocess
+    import sys
+
+    import tpde_lib
+    root = pathlib.Path(tpde_lib.__file__).parent
+    code = (
+        "import sys, types\n"
+        f"pkg = types.ModuleType('tpde_lib'); pkg.__path__ = [{str(root)!r}]\n"
+        "sys.modules['tpde_lib'] = pkg\n"
+        "import tpde_lib.attention as a\n"
+        "assert a.Softmax and a.kernel_sums\n"
+        "print(sorted(m for m in ('scipy.stats', 'matplotlib.pyplot', 'ot') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"max_iter": 10.0}, TypeError, "max_iter"),
+    ({"max_iter": -1}, ValueError, "max_iter"),
+    ({"tol": 0.0}, ValueError, "tol"),
+    ({"tol": "1e-9"}, TypeError, "tol"),
+    ({"omega0": 2.5}, ValueError, "omega0"),
+    ({"omega0": 0.5}, ValueError, "omega0"),
+    ({"g0": np.zeros(4)}, ValueError, "g0"),
+    ({"g0": np.full(3, np.nan)}, ValueError, "g0"),
+    ({"weights": np.array([0.5, 0.5, 0.0])}, ValueError, "weights"),
+    ({"A": np.eye(3)}, ValueError, "A"),
+    ({"points": np.zeros(3)}, ValueError, "points"),
+])
+def test_sinkhorn_potentials_checks_its_arguments(kwargs, error, match):
+    from tpde_lib import sinkhorn_potentials
+    args = {"points": np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]),
+            "weights": np.full(3, 1 / 3), "A": np.eye(2)}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        sinkhorn_potentials(**args)

@@ -534,3 +534,233 @@ def test_a_kernel_that_returns_a_new_array_is_used_not_ignored():
     dense = np.exp(X @ X.T) @ (X * w[:, None])
     returned = kernel_sums(X, X, X * w[:, None], lambda S: np.exp(S))
     assert np.allclose(returned, dense, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# a reader's kernel is checked where its result comes back
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [40, 700])          # the dense small path and the tiled one
+@pytest.mark.parametrize("bad,error,match", [
+    (lambda S: 1.0, ValueError, r"shape \(\)"),                       # a scalar: not broadcast
+    (lambda S: S[:1].copy(), ValueError, r"shape \(1, "),              # one row: not broadcast
+    (lambda S: S[:, 1:].copy(), ValueError, "shape"),
+    (lambda S: S + 0j, TypeError, "complex"),
+    (lambda S: S > 0, TypeError, "bool"),
+    (lambda S: "S", TypeError, "dtype|str"),
+    (lambda S: np.full(S.shape, np.nan), ValueError, "non-finite"),
+    (lambda S: np.exp(S * 1e3), ValueError, "non-finite"),             # overflow to inf
+])
+def test_a_bad_kernel_result_is_an_error_naming_the_kernel(n, bad, error, match):
+    Q, Y, values, _, _ = _problem(n=n, m=n)
+
+    def my_kernel(S):
+        with np.errstate(over="ignore"):
+            return bad(S)
+
+    with pytest.raises(error, match=match) as info:
+        kernel_sums(Q, Y, values, my_kernel)
+    assert "kind (the kernel my_kernel)" in str(info.value)
+
+
+def test_an_in_place_kernel_that_writes_non_finite_values_is_an_error():
+    Q, Y, values, _, _ = _problem(n=700, m=700)
+
+    def log_kernel(S):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.log(S, out=S)          # negative scores: NaN
+
+    with pytest.raises(ValueError, match=r"kind \(the kernel log_kernel\).*non-finite"):
+        kernel_sums(Q, Y, values, log_kernel)
+
+
+def test_a_kernel_may_return_an_array_like_of_the_block_shape():
+    Q, Y, values, q_pos, k_pos = _problem(masked=True)
+    got = kernel_sums(Q, Y, values, lambda S: np.tanh(S).tolist(), q_pos, k_pos)
+    np.testing.assert_allclose(got, _naive(Q, Y, values, np.tanh, q_pos, k_pos), rtol=RTOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# shifted scores far below the underflow threshold are clamped: sums bitwise unchanged
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("kind", ["softmax", "exp"])
+def test_clamping_far_negative_scores_changes_no_bit(kind, masked, monkeypatch):
+    # a spread cloud (|x| ~ 25, d = 2): most shifted scores lie far below -708, where exp
+    # underflows; raised to -700 they give e^-700 instead of a subnormal or 0, which is e^-500
+    # below each row's largest term (>= e^-200) and so below half an ulp of every sum
+    rng = np.random.default_rng(3)
+    n = 2000
+    X = 25.0 * rng.standard_normal((n, 2))
+    values = np.hstack([X, np.ones((n, 1))]) / n
+    pos = np.sort(rng.random(n)) if masked else None
+    jobs = []
+    real_job = K._Job
+
+    def spy(*args):
+        jobs.append(real_job(*args))
+        return jobs[-1]
+
+    monkeypatch.setattr(K, "_Job", spy)
+    clamped = kernel_sums(X, X, values, kind, pos, pos)
+    assert jobs[-1].clamp                             # the clamp really ran
+    S = X @ X.T - jobs[-1].shift[:, None] if not masked else None
+    if S is not None:
+        assert (S < -745).mean() > 0.3               # ... on scores whose exp is 0
+    monkeypatch.setattr(K, "_EXP_FLOOR", -np.inf)   # no clamp: the plain exponential
+    plain = kernel_sums(X, X, values, kind, pos, pos)
+    for a, b in zip(clamped if kind == "exp" else [clamped], plain if kind == "exp" else [plain]):
+        assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_clamped_softmax_fields_are_bitwise_the_unclamped_ones(monkeypatch):
+    import tpde_lib as tp
+    rng = np.random.default_rng(4)
+    for n, d, scale in ((400, 2, 30.0), (2000, 2, 10.0), (1000, 16, 6.0)):
+        X = scale * rng.standard_normal((n, d))
+        att = tp.Softmax(rng.standard_normal((d, d)), np.eye(d))
+        mu = tp.Empirical(X)
+        with monkeypatch.context() as m:
+            m.setattr(K, "_EXP_FLOOR", -np.inf)
+            plain = att.velocity(mu)
+        assert np.array_equal(att.velocity(mu), plain)
+
+
+# ---------------------------------------------------------------------------------------------
+# BLAS state: held to one thread during threaded calls, restored on every path
+# ---------------------------------------------------------------------------------------------
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+
+def _blas_threads():
+    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+
+@pytest.fixture
+def two_blas_threads():
+    """BLAS at two threads (whatever the environment set), the engine at two threads."""
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        assert _blas_threads() and set(_blas_threads()) == {2}
+        K.set_num_threads(2)
+        yield
+        K.set_num_threads(None)
+
+
+def test_blas_is_held_to_one_thread_for_the_whole_field_and_restored(two_blas_threads):
+    import tpde_lib as tp
+    seen = []
+    Q, Y, values, _, _ = _problem(n=700, m=700)
+
+    def spy(S):
+        seen.append(_blas_threads()[0])
+        _relu(S)
+
+    kernel_sums(Q, Y, values, spy)
+    assert set(seen) == {1} and set(_blas_threads()) == {2}
+    # a field built on the engine holds BLAS for the whole call, its own products included
+    att = tp.Softmax(np.eye(3), np.eye(3))
+    real = att.queries
+    inside = []
+    att.queries = lambda points, t: (inside.append(_blas_threads()[0]), real(points, t))[1]
+    att.velocity(tp.Empirical(Q))
+    assert inside == [1] and set(_blas_threads()) == {2}
+
+
+@pytest.mark.parametrize("raised", [ArithmeticError, KeyboardInterrupt])
+def test_blas_threads_are_restored_after_an_exception_or_interrupt(raised, two_blas_threads):
+    Q, Y, values, _, _ = _problem(n=700, m=700)
+    calls = []
+
+    def bad(S):
+        calls.append(1)
+        if len(calls) == 3:
+            raise raised("stop")
+        _relu(S)
+
+    with pytest.raises(raised):
+        kernel_sums(Q, Y, values, bad)
+    assert set(_blas_threads()) == {2}
+
+
+def test_a_bad_thread_setting_changes_nothing(two_blas_threads, monkeypatch):
+    # the setting is parsed before BLAS is touched: a failed parse leaves BLAS as it was, and
+    # once the variable is fixed calls run threaded again
+    Q, Y, values, _, _ = _problem(n=700, m=700)
+    K.set_num_threads(None)
+    monkeypatch.setenv("TPDE_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="TPDE_NUM_THREADS"):
+        kernel_sums(Q, Y, values, "softmax")
+    assert set(_blas_threads()) == {2}
+    monkeypatch.setenv("TPDE_NUM_THREADS", "2")
+    seen = []
+    kernel_sums(Q, Y, values, lambda S: (seen.append(_blas_threads()[0]), _relu(S))[1])
+    assert set(seen) == {1} and set(_blas_threads()) == {2}
+
+
+def test_threaded_calls_from_several_threads_restore_blas(two_blas_threads):
+    # the hold is shared: while any caller is inside, BLAS stays at one thread; the last one
+    # out restores two. Each result is bitwise the one a call alone gives.
+    import tpde_lib as tp
+    rng = np.random.default_rng(12)
+    K.set_num_threads(3)
+    X = rng.standard_normal((900, 4))
+    atts = [tp.Softmax(rng.standard_normal((4, 4)), np.eye(4)),
+            tp.Sigmoid(rng.standard_normal((4, 4)), np.eye(4)),
+            tp.Unnormalised(0.1 * rng.standard_normal((4, 4)), np.eye(4))]
+    mu = tp.Empirical(X)
+    alone = [a.velocity(mu) for a in atts]
+    problem = _problem(n=700, m=650, seed=21)
+    alone.append(kernel_sums(*problem[:3], _slow_relu))
+    calls = [lambda a=a: a.velocity(mu) for a in atts] + [
+        lambda: kernel_sums(*problem[:3], _slow_relu)]
+    same, errors = [[] for _ in calls], []
+
+    def run(k):
+        try:
+            for _ in range(4):
+                same[k].append(np.array_equal(calls[k](), alone[k]))
+        except BaseException as exc:          # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and not errors
+    assert same == [[True] * 4] * len(calls)
+    assert set(_blas_threads()) == {2}
+
+
+def test_hidden_keys_never_raise_under_the_callers_errstate():
+    # masked rows are shifted by a bound of the scores they see; the scores of the keys they do
+    # not see may overflow before the mask zeroes them: no FloatingPointError for those
+    rng = np.random.default_rng(6)
+    n = 700
+    X = 25.0 * rng.standard_normal((n, 2))
+    pos = np.sort(rng.random(n))
+    with np.errstate(all="raise"):
+        got = kernel_sums(X, X, np.ones((n, 1)), "softmax", pos, pos)
+    assert np.isfinite(got).all() and got.min() >= 1.0      # each row sees itself: e^0
+
+
+def test_velocity_holds_blas_for_any_large_field_only(two_blas_threads):
+    # every variant (a reader's, multi-head, l2 ...) runs its field with BLAS at one thread when
+    # the call is large enough for the engine's threads, and with BLAS untouched otherwise
+    import tpde_lib as tp
+
+    class Probe(tp.Attention):
+        def __init__(self):
+            self.d, self.seen = 2, []
+
+        def field(self, points, weights, positions, t):
+            self.seen.append(_blas_threads()[0])
+            return np.zeros_like(points)
+
+    att = Probe()
+    X = np.random.default_rng(0).standard_normal((700, 2))
+    att.velocity(X)
+    att.velocity(X[:100])
+    assert att.seen == [1, 2] and set(_blas_threads()) == {2}

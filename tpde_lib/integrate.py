@@ -11,7 +11,6 @@ blow-up. Tested against ``scipy.integrate.solve_ivp`` (``tests/test_integrate.py
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ._checks import as_count, as_float_array, as_positive, as_times
-from .attention._threads import _blas_one_thread
+from .attention._threads import single_blas
 
 __all__ = ["BatchSolution", "STATUSES", "solve_batch"]
 
@@ -141,8 +140,7 @@ def solve_batch(f: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
     if stop is not None and not callable(stop):
         raise TypeError(f"stop must be None or a callable stop(idx, t, y, dy), got "
                         f"{type(stop).__name__}")
-    limit = _blas_one_thread()
-    with limit if limit is not None else contextlib.nullcontext():
+    with single_blas():
         return _solve(f, y.copy(), times, rtol, atol, max_steps, stop)
 
 

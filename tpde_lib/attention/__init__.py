@@ -15,9 +15,14 @@ merges the value and output matrices. Every matrix may be a constant array or a 
 Every variant is a subclass of :class:`Attention` (the protocol is in ``_base.py``) and
 evaluates its interactions with the blocked engine :func:`kernel_sums`.
 
-Modules: ``_base`` (the protocol), ``_kernels`` (the engine), ``_bilinear`` (softmax,
-unnormalised, sigmoid, linear), ``_composite`` (multi-head, ℓ²), ``_sinkhorn`` (Sinkhorn
-attention and its solver).
+Modules: ``_base`` (the protocol), ``_kernels`` (the engine), ``_shifts`` (its row shifts),
+``_threads`` (its threads and the BLAS hold), ``_dense`` (the Sinkhorn solver's dense kernels),
+``_bilinear`` (softmax, unnormalised, sigmoid, linear), ``_composite`` (multi-head, ℓ²),
+``_sinkhorn`` (Sinkhorn attention and its solver).
+
+Validation happens once per public call: :meth:`Attention.velocity` checks the measure, the
+time and the field it gets back, :func:`kernel_sums` its arrays; the steps inside (a variant's
+``field``, the engine's private entry ``_kernels.engine_sums``) trust their inputs.
 """
 
 from ._base import PROTOCOL, Attention, GaussianClosure

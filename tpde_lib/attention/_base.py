@@ -37,16 +37,22 @@ A minimal variant sets ``self.d`` (and ``self.causal``, default False) and imple
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import as_float_array
 from .._params import Param
 from ..measures import Empirical
+from ._threads import held_blas
 
-__all__ = ["Attention", "GaussianClosure", "PROTOCOL"]
+__all__ = ["Attention", "GaussianClosure", "PROTOCOL", "MatrixLike"]
+
+#: a parameter of a variant: a constant (d, d) array, or a callable ``t -> array`` (layer weights)
+MatrixLike = ArrayLike | Callable[[float], ArrayLike]
 
 #: the methods that belong to the class defining the field (never inherited across a new field)
 PROTOCOL = ("gaussian_rhs", "batched_closure", "growth_rate", "support_radius", "log_lipschitz",
@@ -173,7 +179,8 @@ class Attention:
         return type(self).__name__
 
     # ---- the field -----------------------------------------------------------------------
-    def field(self, points, weights, positions, t):
+    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
+              t: float) -> np.ndarray:
         r"""The velocity :math:`\Gamma_\mu(t, x_i)` at the points of :math:`\mu = \sum_j w_j\delta_{x_j}`.
 
         Called by :meth:`velocity` on validated data; implement it in a variant.
@@ -196,7 +203,7 @@ class Attention:
         raise NotImplementedError(f"{self.name} must implement field(points, weights, "
                                   "positions, t)")
 
-    def velocity(self, mu, t=0.0):
+    def velocity(self, mu: Empirical | np.ndarray, t: float = 0.0) -> np.ndarray:
         r"""The velocity field :math:`\Gamma_{\mu}(t, x_i)` at every point of ``mu``.
 
         Parameters
@@ -214,12 +221,20 @@ class Attention:
         ------
         ValueError
             ``mu`` of the wrong dimension; causal attention without ``mu.positions``; a field
-            of the wrong shape.
+            of the wrong shape; ``TPDE_NUM_THREADS`` not a positive integer (large calls).
+
+        Notes
+        -----
+        A call with :math:`n^2 \ge 2^{18}` runs the field with BLAS held to one thread when the
+        engine runs its own threads (:func:`~tpde_lib.set_num_threads`), BLAS's own threads
+        restored afterwards: the kernel engine parallelises over row blocks, and BLAS threads
+        spinning around its small products slowed a field 1.6 to 2.3 times (benchmarks/NOTES.md).
         FloatingPointError
             The field is not finite (e.g. unnormalised attention at large scores).
         """
         mu = as_measure(mu)
-        t = float(as_float_array("t", t, ndim=0))
+        if type(t) is not float or not math.isfinite(t):          # (a finite float: as is)
+            t = float(as_float_array("t", t, ndim=0))
         d = getattr(self, "d", None)
         if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
             raise TypeError(f"{self.name} must set self.d, the token dimension (a positive int), "
@@ -240,7 +255,10 @@ class Attention:
             if np.any(positions < positions[w > 0].min()):
                 raise ValueError("causal attention: every token needs a token of positive weight "
                                  "at a position <= its own (positions vs weights)")
-        out = self.field(mu.points, mu.weights, positions, t)
+        # a large call runs the engine's threads: BLAS on one thread for the whole field (the
+        # products before and after the engine's blocks included), restored afterwards
+        with held_blas(mu.n * mu.n):
+            out = self.field(mu.points, mu.weights, positions, t)
         out = np.asarray(out)
         if out.dtype.kind not in "fiu":
             raise TypeError(f"{self.name}.field returned an array of dtype {out.dtype}, expected "
@@ -248,13 +266,14 @@ class Attention:
         if out.shape != (mu.n, d):
             raise ValueError(f"{self.name}.field returned shape {out.shape}, expected "
                              f"({mu.n}, {d})")
-        if not np.all(np.isfinite(out)):
+        if not np.isfinite(out).all():
             raise FloatingPointError(f"{self.name} velocity field is not finite at t={t:g} "
                                      "(overflow, or NaN from the field)")
         return out
 
     # ---- Gaussian closure ----------------------------------------------------------------
-    def gaussian_rhs(self, mean, cov, t=0.0):
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
+                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Right-hand side :math:`(\alpha', \Sigma')` of the Gaussian closure.
 
         Raises ``NotImplementedError`` for variants that do not preserve Gaussians.
@@ -263,7 +282,7 @@ class Attention:
                                   "mean/covariance ODE): it does not preserve Gaussians, or "
                                   "its closure is not implemented")
 
-    def batched_closure(self):
+    def batched_closure(self) -> GaussianClosure:
         """The closure vectorised over a batch (:class:`GaussianClosure`).
 
         Raises ``NotImplementedError`` when the variant has none; the batched solver then calls
@@ -271,7 +290,8 @@ class Attention:
         """
         raise NotImplementedError(f"{self.name} attention has no batched Gaussian closure")
 
-    def check_gaussian(self, mean, cov, t=0.0):
+    def check_gaussian(self, mean: ArrayLike, cov: ArrayLike,
+                       t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Validate a closure's arguments: ``mean`` (d,), ``cov`` (d, d) symmetric PSD, finite.
 
         The covariance may be indefinite at round-off level (mid-integration states of
@@ -304,14 +324,14 @@ class Attention:
         return any(isinstance(v, Param) and not v.is_constant for v in vars(self).values())
 
     # ---- stability constants -------------------------------------------------------------
-    def growth_rate(self, t=0.0):
+    def growth_rate(self, t: float = 0.0) -> float:
         r""":math:`c(t)` such that :math:`|\Gamma_\mu(t, x)| \le c(t)\,R` when
         :math:`\operatorname{supp}\mu \subset B_R` (so supports grow at most like
         :math:`e^{\int c}`)."""
         raise NotImplementedError(f"no growth bound for {self.name} attention: define "
                                   f"{type(self).__name__}.growth_rate")
 
-    def support_radius(self, T, R0, times):
+    def support_radius(self, T: float, R0: float, times: ArrayLike) -> float:
         r"""Radius :math:`R(T) = R_0 e^{T \max_t c(t)}` of a ball holding every support up to ``T``.
 
         Parameters
@@ -326,13 +346,13 @@ class Attention:
         rate = max(self.growth_rate(float(t)) for t in times)
         return R0 * np.exp(rate * T)
 
-    def log_lipschitz(self, R, t=0.0):
+    def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         r"""Logarithms :math:`(\log L_x(R), \log L_\mu(R))` of the Lipschitz constants of the
         field in the point and in the measure (W1) for supports in :math:`B_R`."""
         raise NotImplementedError(f"no Lipschitz constants for {self.name} attention: define "
                                   f"{type(self).__name__}.log_lipschitz")
 
-    def mobility(self, t=0.0):
+    def mobility(self, t: float = 0.0) -> np.ndarray:
         """Constant mobility matrix P of a gradient-flow structure (d, d)."""
         raise NotImplementedError(f"{self.name} attention has no gradient-flow mobility here")
 

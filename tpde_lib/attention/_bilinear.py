@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .. import gaussian as gaussian_odes  # the closures' right-hand sides
+from .. import gaussian as closures  # the Gaussian closures' right-hand sides
 from .._checks import as_flag
-from ._base import Attention, GaussianClosure, matrix_param, square_param
-from ._kernels import kernel_sums, normalised, support, times_transpose, weighted_values
+from ._base import Attention, GaussianClosure, MatrixLike, matrix_param, square_param
+from ._kernels import engine_sums, normalised, support, times_transpose, weighted_values
+from ._threads import held_blas
 
 __all__ = ["Softmax", "Unnormalised", "Sigmoid", "Linear"]
 
@@ -43,7 +45,7 @@ def _symmetric_mobility(A, V, sign):
 class _Bilinear(Attention):
     """Parameters A (d, d) and V (d, d); the score of query x and key y is <A x, y> = y^T A x."""
 
-    def __init__(self, A, V, causal=False):
+    def __init__(self, A: MatrixLike, V: MatrixLike, causal: bool = False) -> None:
         self.A = square_param("A", A)
         self.d = self.A.shape[0]
         self.V = square_param("V", V, self.d)
@@ -76,10 +78,28 @@ class Softmax(_Bilinear):
         Value (times output) matrix.
     causal : bool
         Masked attention: token at position s attends to positions s' <= s (itself included).
+
+    Examples
+    --------
+    Two tokens of equal mass; the second sees scores 0 and 1, so it averages the tokens with
+    weights :math:`1/(1+e)` and :math:`e/(1+e)`:
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> v = tp.Softmax(np.eye(2), np.eye(2)).velocity(x)
+    >>> np.allclose(v, [[0.5, 0.0], [np.e / (1 + np.e), 0.0]])
+    True
+
+    Masked: the first token sees only itself.
+
+    >>> mu = tp.Empirical(x, positions=[0.0, 1.0])
+    >>> tp.Softmax(np.eye(2), np.eye(2), causal=True).velocity(mu)[0].tolist()
+    [0.0, 0.0]
     """
 
     @classmethod
-    def from_qk(cls, Q, K, V, causal=False):
+    def from_qk(cls, Q: MatrixLike, K: MatrixLike, V: MatrixLike,
+                causal: bool = False) -> Softmax:
         r"""Build from query/key matrices :math:`Q, K\in\mathbb R^{k\times d}`: :math:`A = K^\top Q/\sqrt k`.
 
         ``Q`` and ``K`` may be arrays or callables of ``t``; ``k = Q.shape[0] >= 1``.
@@ -97,7 +117,8 @@ class Softmax(_Bilinear):
                 return k(t).T @ q(t) * scale
         return cls(A, V, causal=causal)
 
-    def field(self, points, weights, positions, t):
+    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
+              t: float) -> np.ndarray:
         return self._summed_field([self], points, weights, positions, t)
 
     @staticmethod
@@ -111,33 +132,35 @@ class Softmax(_Bilinear):
         """
         n = points.shape[0]
         keys, w, k_pos = support(points, weights, positions)
-        queries = [h.queries(points, t) for h in heads]
-        queries = queries[0] if len(heads) == 1 else np.concatenate(queries)    # no copy of one
-        q_pos = None if positions is None else np.tile(positions, len(heads))
-        nd = kernel_sums(queries, keys, weighted_values(keys, w), "softmax", q_pos, k_pos)
-        out = normalised(nd[:n], heads[0].V(t))
-        for i, h in enumerate(heads[1:], start=1):
-            out += normalised(nd[i * n:(i + 1) * n], h.V(t))
+        with held_blas(len(heads) * n * keys.shape[0]):     # BLAS on one thread for the call
+            queries = [h.queries(points, t) for h in heads]
+            queries = queries[0] if len(heads) == 1 else np.concatenate(queries)  # no copy of one
+            q_pos = None if positions is None else np.tile(positions, len(heads))
+            nd = engine_sums(queries, keys, weighted_values(keys, w), "softmax", q_pos, k_pos)
+            out = normalised(nd[:n], heads[0].V(t))
+            for i, h in enumerate(heads[1:], start=1):
+                out += normalised(nd[i * n:(i + 1) * n], h.V(t))
         return out
 
-    def gaussian_rhs(self, mean, cov, t=0.0):
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
+                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`
-        (:func:`tpde_lib.gaussian_odes.softmax_rhs`). Returns ``(dmean (d,), dcov (d, d))``."""
+        (:func:`tpde_lib.gaussian.softmax_rhs`). Returns ``(dmean (d,), dcov (d, d))``."""
         m, c = self.check_gaussian(mean, cov, t)
-        return gaussian_odes.softmax_rhs(self.A(t), self.V(t), m, c)
+        return closures.softmax_rhs(self.A(t), self.V(t), m, c)
 
-    def batched_closure(self):
-        return self._closure(gaussian_odes.softmax_rhs)
+    def batched_closure(self) -> GaussianClosure:
+        return self._closure(closures.softmax_rhs)
 
-    def growth_rate(self, t=0.0):
+    def growth_rate(self, t: float = 0.0) -> float:
         return _norm(self.V(t))
 
-    def log_lipschitz(self, R, t=0.0):
+    def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         v, a, R2 = _norm(self.V(t)), _norm(self.A(t)), R * R
         with np.errstate(divide="ignore"):
             return np.log(v * a * R2), np.log(v) + np.log1p(2 * a * R2) + 2 * a * R2
 
-    def mobility(self, t=0.0):
+    def mobility(self, t: float = 0.0) -> np.ndarray:
         r"""Mobility :math:`P = -VA^{-1}` (the energy :math:`E` of unnormalised attention, with the
         extra factor :math:`1/Z_\mu(x)`); ``A`` symmetric invertible, ``P`` symmetric."""
         return _symmetric_mobility(self.A(t), self.V(t), -1.0)
@@ -150,16 +173,31 @@ class Unnormalised(_Bilinear):
 
     Computed as :math:`e^{M_i}\sum_j w_j e^{S_{ij}-M_i} V y_j` with the row maximum :math:`M_i`,
     so it overflows (``FloatingPointError``) only when the field itself exceeds float range.
+
+    Parameters
+    ----------
+    A, V : array_like (d, d) or callable t -> (d, d)
+    causal : bool
+
+    Examples
+    --------
+    >>> import numpy as np, tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> v = tp.Unnormalised(np.eye(2), np.eye(2)).velocity(x)    # (e^0 x_0 + e^1 x_1) / 2
+    >>> np.allclose(v[1], [np.e / 2, 0.0])
+    True
     """
 
-    def field(self, points, weights, positions, t):
+    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
+              t: float) -> np.ndarray:
         keys, w, k_pos = support(points, weights, positions)
-        s, row_max = kernel_sums(self.queries(points, t), keys, keys * w[:, None], "exp",
-                                 positions, k_pos)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return times_transpose(s * np.exp(row_max)[:, None], self.V(t))
+        with held_blas(points.shape[0] * keys.shape[0]):
+            s, row_max = engine_sums(self.queries(points, t), keys, keys * w[:, None], "exp",
+                                     positions, k_pos)
+            with np.errstate(over="ignore", invalid="ignore"):
+                return times_transpose(s * np.exp(row_max)[:, None], self.V(t))
 
-    def mobility(self, t=0.0):
+    def mobility(self, t: float = 0.0) -> np.ndarray:
         r"""Mobility :math:`P = -VA^{-1}` of the interaction energy
         (:func:`tpde_lib.energy.interaction_energy`)."""
         return _symmetric_mobility(self.A(t), self.V(t), -1.0)
@@ -177,9 +215,18 @@ class Sigmoid(_Bilinear):
     bias : float
         The bias b (Ramapuram et al. recommend :math:`-\log n` for the unscaled sum).
     causal : bool
+
+    Examples
+    --------
+    >>> import numpy as np, tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> v = tp.Sigmoid(np.eye(2), np.eye(2)).velocity(x)     # (sigma(0) x_0 + sigma(0) x_1) / 2
+    >>> np.allclose(v[0], [0.25, 0.0])
+    True
     """
 
-    def __init__(self, A, V, bias=0.0, causal=False):
+    def __init__(self, A: MatrixLike, V: MatrixLike, bias: float = 0.0,
+                 causal: bool = False) -> None:
         super().__init__(A, V, causal)
         if isinstance(bias, (bool, np.bool_)) or not isinstance(bias, (int, float, np.number)):
             raise TypeError(f"bias must be a real number, got {bias!r}")
@@ -187,24 +234,27 @@ class Sigmoid(_Bilinear):
         if not np.isfinite(self.bias):
             raise ValueError(f"bias must be finite, got {bias!r}")
 
-    def field(self, points, weights, positions, t):
-        qa = self.queries(points, t)
-        queries = np.hstack([qa, np.ones((qa.shape[0], 1))])
+    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
+              t: float) -> np.ndarray:
         keys, w, k_pos = support(points, weights, positions)
-        key_feats = np.hstack([keys, np.full((keys.shape[0], 1), self.bias)])
-        s = kernel_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
-        return times_transpose(s, self.V(t))
+        with held_blas(points.shape[0] * keys.shape[0]):
+            qa = self.queries(points, t)
+            queries = np.hstack([qa, np.ones((qa.shape[0], 1))])
+            key_feats = np.hstack([keys, np.full((keys.shape[0], 1), self.bias)])
+            s = engine_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
+            return times_transpose(s, self.V(t))
 
-    def gaussian_rhs(self, mean, cov, t=0.0):
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
+                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Not available: the field of a Gaussian is not affine in x (see
         :func:`tpde_lib.affine_defect`)."""
         raise NotImplementedError("Sigmoid attention does not preserve Gaussians: "
                                   "no mean/covariance ODE")
 
-    def growth_rate(self, t=0.0):
+    def growth_rate(self, t: float = 0.0) -> float:
         return _norm(self.V(t))
 
-    def log_lipschitz(self, R, t=0.0):
+    def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         v, a, R2 = _norm(self.V(t)), _norm(self.A(t)), R * R
         with np.errstate(divide="ignore"):
             return np.log(v * a * R2 / 4), np.log(v) + np.log1p(a * R2 / 4)
@@ -218,9 +268,22 @@ class Linear(_Bilinear):
 
     Evaluated through the second-moment matrix, :math:`O(n d^2)`; causal attention uses its
     running sums over positions.
+
+    Parameters
+    ----------
+    A, V : array_like (d, d) or callable t -> (d, d)
+    causal : bool
+
+    Examples
+    --------
+    >>> import numpy as np, tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> tp.Linear(np.eye(2), np.eye(2)).velocity(x).tolist()     # (<x_i, x_1> x_1) / 2
+    [[0.0, 0.0], [0.5, 0.0]]
     """
 
-    def field(self, points, weights, positions, t):
+    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
+              t: float) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):   # overflow reported by velocity()
             return self._moments_field(points, weights, positions, t)
 
@@ -238,19 +301,20 @@ class Linear(_Bilinear):
         moments = cum[last]                              # (n, d, d), symmetric
         return np.einsum("nij,nj->ni", moments, qa) @ self.V(t).T
 
-    def gaussian_rhs(self, mean, cov, t=0.0):
-        """Linear Gaussian closure (:func:`tpde_lib.gaussian_odes.linear_rhs`)."""
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
+                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Linear Gaussian closure (:func:`tpde_lib.gaussian.linear_rhs`)."""
         m, c = self.check_gaussian(mean, cov, t)
-        return gaussian_odes.linear_rhs(self.A(t), self.V(t), m, c)
+        return closures.linear_rhs(self.A(t), self.V(t), m, c)
 
-    def batched_closure(self):
-        return self._closure(gaussian_odes.linear_rhs)
+    def batched_closure(self) -> GaussianClosure:
+        return self._closure(closures.linear_rhs)
 
-    def growth_rate(self, t=0.0):
+    def growth_rate(self, t: float = 0.0) -> float:
         r"""The coefficient :math:`\|V\|\|A\|` of :math:`|\Gamma_\mu(x)| \le \|V\|\|A\|R^3` (cubic)."""
         return _norm(self.V(t)) * _norm(self.A(t))
 
-    def support_radius(self, T, R0, times):
+    def support_radius(self, T: float, R0: float, times: ArrayLike) -> float:
         r""":math:`R(T) = R_0(1 - 2 c R_0^2 T)^{-1/2}` from :math:`R' = cR^3`; ValueError past its
         blow-up time :math:`1/(2cR_0^2)`."""
         rate = max(self.growth_rate(float(t)) for t in times)
@@ -260,7 +324,7 @@ class Linear(_Bilinear):
                              f"t* = {blowup:.6g} <= T = {T:g} (R0 = {R0:g})")
         return R0 / np.sqrt(1.0 - T / blowup)
 
-    def log_lipschitz(self, R, t=0.0):
+    def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         v, a, R2 = _norm(self.V(t)), _norm(self.A(t)), R * R
         with np.errstate(divide="ignore"):
             return np.log(v * a * R2), np.log(2 * v * a * R2)

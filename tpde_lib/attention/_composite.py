@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .. import gaussian as gaussian_odes  # the closures' right-hand sides
+from .. import gaussian as closures  # the Gaussian closures' right-hand sides
 from .._checks import as_flag
 from ._base import Attention, GaussianClosure, matrix_param, square_param
 from ._bilinear import Softmax
@@ -242,15 +242,15 @@ class L2(Attention):
         return normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
-        """ℓ² Gaussian closure (:func:`tpde_lib.gaussian_odes.l2_rhs`)."""
+        """ℓ² Gaussian closure (:func:`tpde_lib.gaussian.l2_rhs`)."""
         m, c = self.check_gaussian(mean, cov, t)
-        return gaussian_odes.l2_rhs(self.Q(t), self.K(t), self.V(t), self.tau, m, c)
+        return closures.l2_rhs(self.Q(t), self.K(t), self.V(t), self.tau, m, c)
 
     def batched_closure(self):
         tau = np.asarray(self.tau)
-        return GaussianClosure(key=(gaussian_odes.l2_rhs,),
+        return GaussianClosure(key=(closures.l2_rhs,),
                                params=lambda t: (self.Q(t), self.K(t), self.V(t), tau),
-                               rhs=gaussian_odes.l2_rhs, constant=not self.time_dependent)
+                               rhs=closures.l2_rhs, constant=not self.time_dependent)
 
     def growth_rate(self, t=0.0):
         return _norm(self.V(t))

@@ -1,66 +1,41 @@
-r"""The blocked kernel engine shared by every attention variant.
+r"""The blocked kernel engine shared by every attention variant: :func:`kernel_sums`.
 
-All attention fields below are ratios or sums of kernel sums
+All attention fields of :mod:`tpde_lib.attention` are ratios or sums of kernel sums
 
 .. math:: \Big(\sum_j \kappa(S_{ij})\,\mathrm{values}_j\Big)_i, \qquad S = \mathrm{queries}\,
           \mathrm{keys}^\top,
 
-over the tokens ``j`` of the measure (their masses enter through ``values``). :func:`kernel_sums`
-evaluates them tile by tile, so that memory stays :math:`O(b\,c_b)` per thread for tiles of
-``b`` rows and ``c_b`` columns whatever the numbers ``n`` of queries and ``m`` of keys, spreads
-the row blocks over a pool of threads (numpy releases the GIL in its matrix products and
-ufuncs), and applies the causal mask of masked attention. A reader's variant gets all of this by
-calling it with its own kernel.
+over the tokens ``j`` of the measure (their masses enter through ``values``). This module holds
+:func:`kernel_sums` (public: validates its arguments) and :func:`engine_sums` (the same without
+the checks, for the variants, whose ``velocity`` has validated the measure), the tiling
+(:func:`block_shape`), the per-call job that computes one row block (:class:`_Job`), and the small
+helpers the variants share (:func:`weighted_values`, :func:`normalised`, :func:`support`,
+:func:`times_transpose`).
 
-Speed (measured on the book's 2-core machine, ``benchmarks/velocity.py``): a tile of at most 256
-queries by 256 keys (512 KB; 128 keys when the score product is wider than 4 columns) stays in a
-core's L2 cache (2 MB there) between the score product, the kernel and the product with the
-values; the keys are cut into tiles of equal width and a threaded call's rows into blocks of
-equal size (:func:`block_shape`). Row blocks of 256 queries are what lets the two threads scale:
-with 64-row blocks two threads took as long as one (their CPU time grew by half), with 256 rows
-they ran 1.6 to 1.8 times faster. Score products and values narrower than 4 columns are padded
-with zero columns to 4, which OpenBLAS multiplies faster (d = 2, one 256 x 256 tile: the two
-products took 0.31 ns per score instead of 0.46, next to 0.5 ns for the ``exp``). The full tiles
-a whole row block sees are computed in chunks of 131072 scores (``_CHUNK_ENTRIES``: two 256 x
-256 tiles, four 256 x 128), one batched product, one kernel call and one batched product each: a
-thread that finishes a numpy call must take the GIL back, and waits when the other thread holds
-it, so fewer, longer calls let two threads scale better. Measured: a loop of single tiles scaled
-1.78 in two threads and 2.0 in two processes; chunks of 131072 scores ran 1 to 11 % faster than
-single tiles on two threads (n = 1000 to 16000, d = 2 and 16), within 4 % on one thread, and
-chunks of 262144 slower on both. Unmasked calls with a built-in kernel pad the keys with zero
-keys up to whole tiles (a zero key scores 0 and adds kappa(0) x 0 = 0), so that every tile goes
-into the chunks. Calls of at most ``_SMALL_ENTRIES`` (32768) scores skip all of this: one dense
-score matrix shifted by its exact row maxima, since bounds, tiles and threads would cost more
-than the scores (n = m = 100: 23 instead of 56 us).
+The sums are computed tile by tile, so that memory stays :math:`O(b\,c_b)` per thread for tiles
+of ``b`` rows and ``c_b`` columns whatever the numbers ``n`` of queries and ``m`` of keys; the
+row blocks are spread over threads (:mod:`._threads`; numpy releases the GIL in its matrix
+products and ufuncs) with BLAS held to one thread; the causal mask of masked attention is applied
+tile by tile. The shifts of the exponential kernels are decided before the blocks run
+(:mod:`._shifts`); shifted scores are clamped at ``_EXP_FLOOR`` (-700) where they may fall below
+it, since ``np.exp`` is several times slower on arguments below -708 (subnormal or zero results)
+and a term :math:`e^{-700}` is :math:`e^{-500}` times below the row's largest term: the sums are
+bitwise unchanged (tested). Why the tiles, chunks, paddings and thresholds are what they are
+(measured) is told in ``benchmarks/NOTES.md``.
 
-The shifts of ``"softmax"``/``"exp"`` are decided before the blocks run (:mod:`._shifts`). For
-``"softmax"`` with every score within ``_MAX_GAP`` (200) of 0, which
-:math:`\max_i|q_i|\max_j|k_j| \le 200` shows in three passes, there is no shift at all: each
-row's largest term is at least :math:`e^{-200}`, as with a shift below. Otherwise, and always for
-``"exp"``, the row shift is an upper bound :math:`U_i \ge \max_j S_{ij}` computed in
-:math:`O((n+m)p)` from a ball around the keys; it enters the score product as one more inner
-column (``[q_i, -U_i]\cdot[k_j, 1]``), so each tile costs one product, one ``exp`` and one
-product: no max or subtraction pass. A row block whose bound may be loose (gap to a lower bound
-of the row maximum above ``_MAX_GAP``) takes an exact row maximum in a first sweep instead: every
-term keeps full relative precision either way. Measured (n = 1000, d = 16, ``Softmax.velocity``
-against ``jax.jit``, 12 rounds of 20 calls each, three runs): dropping the shift where it is not
-needed took the ratio from 1.03-1.10 to 0.93-0.99, the score product having 16 inner columns
-instead of 17, no padded copies of the queries and keys, and no bounds to compute.
-
-Threads: the row blocks go to :func:`._threads.parallel_blocks` (a pool of persistent
-threads, ``set_num_threads``). Their tiles and every arithmetic operation on them are fixed
-by the shapes and the data alone, never by the number of threads, so the results are bitwise
-identical for any thread count.
+The tiles and every arithmetic operation on them are fixed by the shapes and the data alone,
+never by the number of threads, so the results are bitwise identical for any thread count.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
 from ._shifts import _loose_blocks, _shift_bounds, _unshifted
-from ._threads import _PARALLEL_ENTRIES, get_num_threads, parallel_blocks, set_num_threads
+from ._threads import _PARALLEL_ENTRIES, get_num_threads, held_blas, parallel_blocks, set_num_threads
 
 __all__ = ["kernel_sums", "KERNELS", "set_num_threads", "get_num_threads"]
 
@@ -83,6 +58,10 @@ _CHUNK_ENTRIES = 131_072
 _SMALL_ENTRIES = 32_768
 #: the built-in kernels (see :func:`kernel_sums`)
 KERNELS = ("softmax", "exp", "sigmoid")
+#: shifted exponential scores below this are raised to it where they may occur: e^-700 is
+#: e^-500 below the row's largest term (>= e^-200, :mod:`._shifts`), so no sum changes, and
+#: ``np.exp`` is 4 to 6 times slower below -708 (subnormal results; measured)
+_EXP_FLOOR = -700.0
 
 def _check_2d(name, value, cols=None):
     if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim != 2:
@@ -119,20 +98,54 @@ def _padded(a, rows, cols):
     return out
 
 
-def _apply_kernel(kind, T, view):
+def _kernel_name(kind):
+    return getattr(kind, "__name__", None) or repr(kind)
+
+
+def _call_kernel(kind, view):
+    """A reader's kernel applied to the block ``view`` (b, c_b), its result checked where it comes
+    back: None (the block overwritten in place) or an array of the block's shape, real; the
+    block must then hold finite numbers. Never broadcast (a scalar or one row is an error)."""
+    res = kind(view)
+    if res is not None and res is not view:
+        if not isinstance(res, np.ndarray):
+            try:
+                res = np.asarray(res)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"kind (the kernel {_kernel_name(kind)}) returned "
+                                f"{type(res).__name__}, expected None (the block of scores "
+                                f"overwritten in place) or an array of shape {view.shape}") from exc
+        if res.dtype.kind not in "fiu":
+            raise TypeError(f"kind (the kernel {_kernel_name(kind)}) returned an array of dtype "
+                            f"{res.dtype}, expected real numbers (float or int) of shape "
+                            f"{view.shape}")
+        if res.shape != view.shape:
+            raise ValueError(f"kind (the kernel {_kernel_name(kind)}) returned shape {res.shape} "
+                             f"for a block of scores of shape {view.shape}; expected an array of "
+                             "that shape (kappa applied to every score, no broadcasting) or None "
+                             "after overwriting the block in place")
+        np.copyto(view, res)
+    if not np.isfinite(view).all():
+        raise ValueError(f"kind (the kernel {_kernel_name(kind)}) gave non-finite values (inf or "
+                         "NaN) on a block of scores; expected finite kernel values")
+
+
+def _apply_kernel(kind, T, view, clamp=False):
     """The kernel applied in place to the scores ``T``; a callable kernel gets ``view`` (the same
-    scores as (b, c_b), queries along the rows) and may overwrite it or return a new array."""
-    if kind in ("softmax", "exp"):
+    scores as (b, c_b), queries along the rows) and may overwrite it or return a new array.
+    ``clamp``: shifted exponential scores are raised to ``_EXP_FLOOR`` first (module docstring)."""
+    if isinstance(kind, str):
+        if kind == "sigmoid":
+            with np.errstate(over="ignore"):
+                np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
+            T += 1.0
+            np.reciprocal(T, out=T)
+            return
+        if clamp:
+            np.maximum(T, _EXP_FLOOR, out=T)
         np.exp(T, out=T)
-    elif kind == "sigmoid":
-        with np.errstate(over="ignore"):
-            np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
-        T += 1.0
-        np.reciprocal(T, out=T)
     else:
-        res = kind(view)
-        if res is not None and not np.shares_memory(res, view):
-            np.copyto(view, res)     # a kernel that returned a new array: use it
+        _call_kernel(kind, view)
 
 
 def _small_sums(queries, keys, values, kind, q_pos, k_pos):
@@ -141,18 +154,21 @@ def _small_sums(queries, keys, values, kind, q_pos, k_pos):
     n = m = 100, d = 2, 23 against 56 us)."""
     S = (-queries if kind == "sigmoid" else queries) @ keys.T          # (n, m)
     hidden = None if q_pos is None else k_pos[None, :] > q_pos[:, None]
-    shift = None
+    shift = seen = None
     if kind in ("softmax", "exp"):
+        shift = S.max(axis=1)     # (unmasked rows see every key: finite, given finite inputs)
         if hidden is not None:
             S[hidden] = -np.inf
-        shift = S.max(axis=1)
-        seen = np.isfinite(shift)
-        S -= np.where(seen, shift, 0.0)[:, None]
+            shift = S.max(axis=1)
+            seen = np.isfinite(shift)
+            S -= np.where(seen, shift, 0.0)[:, None]
+        else:
+            S -= shift[:, None]
     _apply_kernel(kind, S, S)
     if hidden is not None and shift is None:
         S[hidden] = 0.0
     sums = S @ values
-    if shift is not None:
+    if seen is not None:
         sums[~seen] = np.nan                 # no visible key: an empty normalisation
     if kind == "exp":
         return sums, shift                   # the exact row maxima
@@ -175,6 +191,7 @@ class _Job:
         self.kind, self.cnt, self.p, self.n, self.m = kind, cnt, p, n, m
         self.c = values.shape[1]
         self.exponential = kind in ("softmax", "exp")
+        self.clamp = False
         # a shift column in the score product, unless softmax scores are small (_unshifted);
         # the squared query norms serve both that test and the shift bounds
         qq = np.einsum("ij,ij->i", queries, queries) if self.exponential and m else None
@@ -199,6 +216,9 @@ class _Job:
             # blocks take the exact maximum instead
             self.shift, low = _shift_bounds(queries, keys, cnt, qq)
             self.exact = _loose_blocks(queries, keys, cnt, self.shift, low, kind, self.rows)
+            # a shifted score is at least low_i - U_i (the exact maximum is above low_i too):
+            # the clamp is needed only where that may fall below the floor
+            self.clamp = bool(np.max(self.shift - low, initial=0.0) > -_EXP_FLOOR)
             self.lhs[:, p] = -self.shift
             self.keys[:m, p] = 1.0
         nfull = self.keys.shape[0] // self.cols
@@ -262,14 +282,20 @@ class _Job:
             t1 = min(batched, t0 + self.chunk)
             T = tile[: (t1 - t0) * cols * b].reshape(t1 - t0, cols, b)
             np.matmul(self.keys3[t0:t1], lhs_t, out=T)
-            _apply_kernel(self.kind, T, T.T)
+            _apply_kernel(self.kind, T, T.T, self.clamp)
             np.matmul(T.transpose(0, 2, 1), self.values3[t0:t1], out=part[t0:t1])
         for t in range(batched, ntiles):                 # partial, masked or callable: one by one
             c0 = t * cols
             c1 = min(ncols, c0 + cols)
             T = tile[: (c1 - c0) * b].reshape(c1 - c0, b)
             np.matmul(self.keys[c0:c1], lhs_t, out=T)
-            _apply_kernel(self.kind, T, T.T)
+            if cnt is not None and c1 > full and self.exponential:
+                # the shift bounds the scores the rows see: hidden ones may overflow, and are
+                # zeroed just below (no warning or error of the caller's errstate for them)
+                with np.errstate(over="ignore"):
+                    _apply_kernel(self.kind, T, T.T, self.clamp)
+            else:
+                _apply_kernel(self.kind, T, T.T, self.clamp)
             if cnt is not None and c1 > full:
                 lo = max(c0, full)
                 np.copyto(T[lo - c0:], 0.0, where=self._hidden(r0, r1, lo, c1))
@@ -277,7 +303,10 @@ class _Job:
         np.sum(part, axis=0, out=out)
 
 
-def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
+def kernel_sums(queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
+                kind: str | Callable[[np.ndarray], np.ndarray | None],
+                q_pos: np.ndarray | None = None,
+                k_pos: np.ndarray | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     r"""Blocked kernel sums :math:`\sum_j \kappa(S_{ij})\,\mathrm{values}_j`, :math:`S = QK^\top`.
 
     Parameters
@@ -302,11 +331,14 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
           :math:`e^{M_i}` overflows only if the row maximum exceeds 700;
         - ``"sigmoid"``: :math:`\sigma(s) = 1/(1+e^{-s})`;
         - a callable ``kappa(S)`` applied to a block ``S`` (shape (b, c_b), a view of a tile):
-          it either overwrites ``S`` with :math:`\kappa(S)` in place (fastest, e.g. ``lambda S:
-          np.maximum(S, 0, out=S)`` for ReLU attention) or returns :math:`\kappa(S)` as a new
-          array of the same shape (e.g. ``np.exp``), which is then used. Masked entries are set to 0 after it
-          is applied. It is called from the worker threads, on disjoint tiles at the same time:
-          it must act on its argument only.
+          it either overwrites ``S`` with :math:`\kappa(S)` in place and returns None (fastest,
+          e.g. ``lambda S: np.maximum(S, 0, out=S)`` for ReLU attention; returning ``S`` itself
+          is the same) or returns :math:`\kappa(S)` as a new real array of exactly the block's
+          shape (e.g. ``np.exp``), which is then used. The result is checked where it comes back:
+          another shape (a scalar, one row), a complex or non-numeric array raise
+          ``ValueError``/``TypeError`` naming ``kind``, never broadcast; non-finite values raise
+          ``ValueError``. Masked entries are set to 0 after it is applied. It is called from the
+          worker threads, on disjoint tiles at the same time: it must act on its argument only.
     q_pos, k_pos : ndarray, shape (n,) and (m,), optional
         Sequence positions (masked attention): query ``i`` sees key ``j`` only when
         ``k_pos[j] <= q_pos[i]``. Give both or neither; no NaN.
@@ -330,10 +362,30 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
     for it).
 
     Threads: the row blocks are spread over ``TPDE_NUM_THREADS`` threads (environment variable;
-    default: the cores available; ``set_num_threads(k)`` in this module overrides it) for calls
-    of at least ``_PARALLEL_ENTRIES`` scores, with BLAS held to one thread meanwhile
-    (``threadpoolctl``). The results are bitwise identical for every number of threads: the
-    tiles and their operations depend only on the shapes and the data.
+    default: the cores available; :func:`set_num_threads` overrides it) for calls of at least
+    ``_PARALLEL_ENTRIES`` scores, with BLAS held to one thread for the whole call
+    (``threadpoolctl``) and restored afterwards. The results are bitwise identical for every
+    number of threads: the tiles and their operations depend only on the shapes and the data.
+    Shifted exponential scores are clamped at -700 where they may fall below it (module
+    docstring): the sums are unchanged.
+
+    Examples
+    --------
+    Sigmoid kernel sums of two queries against two keys (one value column of ones):
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> Q, K = np.array([[1.0], [0.0]]), np.array([[0.0], [1.0]])
+    >>> s = tp.kernel_sums(Q, K, np.ones((2, 1)), "sigmoid")
+    >>> np.allclose(s[:, 0], [0.5 + 1 / (1 + np.exp(-1.0)), 1.0])
+    True
+
+    A kernel of one's own, applied in place (ReLU), with a causal mask (query 0 sees key 0 only,
+    query 1 both keys, whose scores are 0):
+
+    >>> relu = lambda S: np.maximum(S, 0.0, out=S)
+    >>> pos = np.array([0.0, 1.0])
+    >>> tp.kernel_sums(Q, Q, np.ones((2, 1)), relu, pos, pos)[:, 0].tolist()
+    [1.0, 0.0]
     """
     _check_2d("queries", queries)
     _check_2d("keys", keys, queries.shape[1])
@@ -346,17 +398,31 @@ def kernel_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
     if (q_pos is None) != (k_pos is None):
         raise ValueError("q_pos and k_pos must be given together (masked attention) or not at all")
     n, m = queries.shape[0], keys.shape[0]
-    queries = np.ascontiguousarray(queries, dtype=np.float64)
-    keys = np.ascontiguousarray(keys, dtype=np.float64)
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    q_order = cnt = None
     if q_pos is not None:
-        q_pos, k_pos = np.asarray(q_pos, dtype=float), np.asarray(k_pos, dtype=float)
+        q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
+        if q_pos.dtype.kind not in "fiu" or k_pos.dtype.kind not in "fiu":
+            raise TypeError(f"q_pos and k_pos must be real arrays, got dtypes {q_pos.dtype} and "
+                            f"{k_pos.dtype}")
+        q_pos, k_pos = q_pos.astype(float, copy=False), k_pos.astype(float, copy=False)
         if q_pos.shape != (n,) or k_pos.shape != (m,):
             raise ValueError(f"q_pos and k_pos must have shapes ({n},) and ({m},), got "
                              f"{q_pos.shape} and {k_pos.shape}")
         if np.isnan(q_pos).any() or np.isnan(k_pos).any():
             raise ValueError("q_pos and k_pos must not contain NaN")
+    with held_blas(n * m):
+        return engine_sums(queries, keys, values, kind, q_pos, k_pos)
+
+
+def engine_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
+    """:func:`kernel_sums` without the checks of its arguments, for callers that have validated
+    them (the variants, behind :meth:`~tpde_lib.Attention.velocity`): float arrays of consistent
+    shapes, positions float arrays of the right lengths without NaN, ``kind`` valid. The caller
+    holds BLAS (:func:`._threads.held_blas`) for its whole call when it wants to."""
+    n, m = queries.shape[0], keys.shape[0]
+    queries = np.ascontiguousarray(queries, dtype=np.float64)
+    keys = np.ascontiguousarray(keys, dtype=np.float64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    q_order = cnt = None
     if 0 < n * m <= _SMALL_ENTRIES:
         return _small_sums(queries, keys, values, kind, q_pos, k_pos)
     if q_pos is not None:

@@ -39,13 +39,15 @@ import math
 import warnings
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .. import gaussian as gaussian_odes  # the closures' right-hand sides
-from .._checks import as_flag, as_positive
-from ._base import GaussianClosure, as_measure
+from .. import gaussian as closures  # the Gaussian closures' right-hand sides
+from .._checks import as_at_least, as_count, as_flag, as_float_array, as_positive
+from ._base import GaussianClosure, MatrixLike, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._dense import dense_kernel, matvec
-from ._kernels import kernel_sums, normalised, weighted_values
+from ._kernels import engine_sums, normalised, weighted_values
+from ._threads import held_blas
 
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
@@ -194,8 +196,9 @@ class _Run:
                 return g
 
 
-def sinkhorn_potentials(points, weights, A, eps=1.0, tol=1e-9, max_iter=10_000, g0=None,
-                        omega0=1.0):
+def sinkhorn_potentials(points: ArrayLike, weights: ArrayLike, A: ArrayLike, eps: float = 1.0,
+                        tol: float = 1e-9, max_iter: int = 10_000, g0: ArrayLike | None = None,
+                        omega0: float = 1.0) -> tuple[np.ndarray, np.ndarray, dict]:
     r"""Potentials of the entropic self-transport plan of :math:`\mu = \sum_j w_j\delta_{y_j}`.
 
     The plan is :math:`\pi_{ij} = w_iw_j e^{f_i+g_j+\langle Ay_i, y_j\rangle/\varepsilon}` with
@@ -215,9 +218,9 @@ def sinkhorn_potentials(points, weights, A, eps=1.0, tol=1e-9, max_iter=10_000, 
     max_iter : int
         Cap on the number of passes over the kernel (every pass counts).
     g0 : ndarray, shape (m,), optional
-        Warm start for the column potential (default 0).
+        Warm start for the column potential (default 0), finite.
     omega0 : float
-        Warm start for the over-relaxation factor (1: plain Sinkhorn).
+        Warm start for the over-relaxation factor, in [1, 2) (1: plain Sinkhorn).
 
     Returns
     -------
@@ -231,15 +234,42 @@ def sinkhorn_potentials(points, weights, A, eps=1.0, tol=1e-9, max_iter=10_000, 
 
     Raises
     ------
+    TypeError, ValueError
+        An argument of the wrong kind, shape or range (the message names it).
     RuntimeError
         Non-finite scores or potentials.
+
+    Examples
+    --------
+    >>> import numpy as np, tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> f, g, log = tp.sinkhorn_potentials(x, np.full(3, 1 / 3), np.eye(2))
+    >>> log["converged"], log["symmetric"], bool(np.allclose(f, g))
+    (True, True, True)
     """
+    points = as_float_array("points", points, ndim=2)
     m = points.shape[0]
-    symmetric = _is_symmetric(A)
-    run = _Run(points, weights, A, as_positive("eps", eps), tol, max_iter)
+    weights = as_float_array("weights", weights, shape=(m,))
+    if np.any(weights <= 0):
+        raise ValueError("weights must be positive (pass the support: tokens of positive mass)")
+    d = points.shape[1]
+    A = as_float_array("A", A, shape=(d, d))
+    eps, tol = as_positive("eps", eps), as_positive("tol", tol)
+    max_iter = as_count("max_iter", max_iter, minimum=0)
+    omega0 = as_at_least("omega0", omega0, 1.0)
+    if omega0 >= 2.0:
+        raise ValueError(f"omega0 must be in [1, 2) (an over-relaxation factor), got {omega0!r}")
+    g0 = None if g0 is None else as_float_array("g0", g0, shape=(m,))
+    with held_blas(m * m):               # BLAS on one thread while the solver runs its own
+        return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)
+
+
+def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0):
+    """:func:`sinkhorn_potentials` on validated arguments (the Sinkhorn field's own calls)."""
+    m = points.shape[0]
     g = np.zeros(m) if g0 is None else np.array(g0, dtype=float)
-    if g.shape != (m,):
-        raise ValueError(f"g0 must have shape ({m},), got {g.shape}")
+    symmetric = _is_symmetric(A)
+    run = _Run(points, weights, A, eps, tol, max_iter)
     g = run.solve(g, float(omega0), symmetric)
     f = g.copy() if symmetric else run.row_pass(g)
     L = run.logits(run.buf)
@@ -286,11 +316,25 @@ class Sinkhorn(_Bilinear):
     -----
     The full kernel of the tokens of positive weight is stored (8 m² bytes), so at most
     ``max_tokens = 10_000`` such tokens are accepted (``ValueError`` above).
+
+    Examples
+    --------
+    Both marginals of the plan are the weights; the field is V times its barycentres:
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> sk = tp.Sinkhorn(np.eye(2), np.eye(2))
+    >>> P = sk.plan(x)
+    >>> bool(np.allclose(P.sum(axis=0), 1 / 3) and np.allclose(P.sum(axis=1), 1 / 3))
+    True
+    >>> bool(np.allclose(sk.velocity(x), 3 * P @ x))
+    True
     """
 
     max_tokens = 10_000
 
-    def __init__(self, A, V, eps=1.0, tol=1e-9, max_iter=10_000, strict=True, causal=False):
+    def __init__(self, A: MatrixLike, V: MatrixLike, eps: float = 1.0, tol: float = 1e-9,
+                 max_iter: int = 10_000, strict: bool = True, causal: bool = False) -> None:
         if as_flag("causal", causal):
             raise ValueError("causal Sinkhorn attention is not defined (causal=True): the doubly "
                              "stochastic normalisation uses every token")
@@ -333,9 +377,9 @@ class Sinkhorn(_Bilinear):
     def _solve(self, Y, w, A, t):
         warm = self.warm_start
         fits = warm is not None and warm["m"] == Y.shape[0] and warm["symmetric"] == _is_symmetric(A)
-        f, g, log = sinkhorn_potentials(Y, w, A, self.eps, self.tol, self.max_iter,
-                                        g0=warm["g"] if fits else None,
-                                        omega0=warm["omega"] if fits else 1.0)
+        with held_blas(Y.shape[0] * Y.shape[0]):
+            f, g, log = _potentials(Y, w, A, self.eps, self.tol, self.max_iter,
+                                    warm["g"] if fits else None, warm["omega"] if fits else 1.0)
         self.last_log = log
         if log["converged"]:
             self.warm_start = {"m": Y.shape[0], "symmetric": log["symmetric"], "g": g.copy(),
@@ -379,35 +423,38 @@ class Sinkhorn(_Bilinear):
         P[np.ix_(keep, keep)] = np.exp(logits) * np.outer(w, w)
         return P
 
-    def field(self, points, weights, positions, t):
+    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
+              t: float) -> np.ndarray:
         Y, w, A, _ = self._prepare(points, weights, t)
-        _, g = self._solve(Y, w, A, t)
-        queries = np.hstack([points @ (A.T / self.eps), np.ones((points.shape[0], 1))])
-        keys = np.hstack([Y, g[:, None]])
-        nd = kernel_sums(queries, keys, weighted_values(Y, w), "softmax")
-        return normalised(nd, self.V(t))
+        with held_blas(Y.shape[0] * Y.shape[0]):         # BLAS on one thread for the call
+            _, g = self._solve(Y, w, A, t)
+            queries = np.hstack([points @ (A.T / self.eps), np.ones((points.shape[0], 1))])
+            keys = np.hstack([Y, g[:, None]])
+            nd = engine_sums(queries, keys, weighted_values(Y, w), "softmax")
+            return normalised(nd, self.V(t))
 
-    def gaussian_rhs(self, mean, cov, t=0.0):
-        """Sinkhorn Gaussian closure (:func:`tpde_lib.gaussian_odes.sinkhorn_rhs`)."""
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
+                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Sinkhorn Gaussian closure (:func:`tpde_lib.gaussian.sinkhorn_rhs`)."""
         m, c = self.check_gaussian(mean, cov, t)
-        return gaussian_odes.sinkhorn_rhs(self.A(t), self.V(t), self.eps, m, c)
+        return closures.sinkhorn_rhs(self.A(t), self.V(t), self.eps, m, c)
 
-    def batched_closure(self):
+    def batched_closure(self) -> GaussianClosure:
         eps = np.asarray(self.eps)
-        return GaussianClosure(key=(gaussian_odes.sinkhorn_rhs,),
+        return GaussianClosure(key=(closures.sinkhorn_rhs,),
                                params=lambda t: (self.A(t), self.V(t), eps),
-                               rhs=gaussian_odes.sinkhorn_rhs, constant=not self.time_dependent)
+                               rhs=closures.sinkhorn_rhs, constant=not self.time_dependent)
 
-    def growth_rate(self, t=0.0):
+    def growth_rate(self, t: float = 0.0) -> float:
         r""":math:`\|V\|`: the field is :math:`V` times a conditional expectation of the plan."""
         return _norm(self.V(t))
 
-    def log_lipschitz(self, R, t=0.0):
+    def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         raise NotImplementedError(
             "Lipschitz constants of Sinkhorn attention are not derived here: they need a "
             "W_1-stability estimate of the entropic potentials, which the book does not derive")
 
-    def mobility(self, t=0.0):
+    def mobility(self, t: float = 0.0) -> np.ndarray:
         r"""Mobility :math:`P = VA^{-1}` of the entropic self-transport energy
         (:func:`tpde_lib.energy.sinkhorn_energy`); ``A`` symmetric invertible, ``P`` symmetric."""
         return _symmetric_mobility(self.A(t), self.V(t), 1.0)

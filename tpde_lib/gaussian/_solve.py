@@ -3,7 +3,7 @@ r"""Gaussian solutions of the Transformer PDE: ODE solvers, blow-up detection an
 For the attention variants whose field is affine on Gaussians (softmax, multi-head, ℓ², Sinkhorn,
 linear; appendix "Derivations", :eq:`eq-closure`) the solution started from
 :math:`\mathcal N(\alpha_0, \Sigma_0)` stays Gaussian, and the mean :math:`\alpha_t` and
-covariance :math:`\Sigma_t` solve the ODEs of :mod:`tpde_lib.gaussian_odes`. This module integrates them:
+covariance :math:`\Sigma_t` solve the ODEs of :mod:`tpde_lib.gaussian`. This module integrates them:
 
 - :func:`simulate_gaussian`: one trajectory, adaptive (``scipy.integrate.solve_ivp``), with a
   terminal event that detects finite-time blow-up and reports its time;
@@ -275,7 +275,7 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
     r"""Integrate the mean/covariance ODE of ``att`` from ``g0`` (appendix "Derivations", :eq:`eq-closure`).
 
     Solves :math:`\alpha' = b + M\alpha`, :math:`\Sigma' = M\Sigma + \Sigma M^\top` (the
-    variant's right-hand side, :mod:`tpde_lib.gaussian_odes`) with ``scipy.integrate.solve_ivp``
+    variant's right-hand side, :mod:`tpde_lib.gaussian`) with ``scipy.integrate.solve_ivp``
     on the state :math:`(\alpha, \Sigma)`; the right-hand side is exactly symmetric, so
     :math:`\Sigma` stays exactly symmetric. Time-dependent parameters are evaluated at each
     time. Blow-up is detected as described in the module docstring.

@@ -579,3 +579,29 @@ def test_sinkhorn_potentials_checks_its_arguments(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         sinkhorn_potentials(**args)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_sinkhorn_reports_the_violation_of_the_plan_it_returns_when_out_of_iterations(symmetric):
+    # a spread cloud and a few passes: the run stops on max_iter, far from convergence. The
+    # reported error must be the L1 column violation of the returned plan (f, g), computed here
+    # independently; it is at most 2 (two probability vectors). It was exp(g - T g) - 1 summed,
+    # up to 1e168 on chapter 1's panel.
+    from scipy.special import logsumexp
+
+    from tpde_lib import sinkhorn_potentials
+
+    rng = np.random.default_rng(3)
+    x = 6.0 * rng.standard_normal((60, 2))
+    w = rng.uniform(0.5, 1.5, 60)
+    w /= w.sum()
+    A = np.array([[1.0, 0.3], [0.3, 0.8]]) if symmetric else np.array([[1.0, 0.9], [-0.4, 0.8]])
+    f, g, log = sinkhorn_potentials(x, w, A, eps=0.5, tol=1e-12, max_iter=3)
+    assert not log["converged"]
+    L = x @ A.T @ x.T / 0.5               # L_ij = <A x_i, x_j> / eps
+    logP = L + f[:, None] + g[None, :] + np.log(w)[:, None] + np.log(w)[None, :]
+    rows = np.exp(logsumexp(logP, axis=1))
+    cols = np.exp(logsumexp(logP, axis=0))
+    assert np.allclose(rows, w, rtol=1e-10, atol=0)
+    violation = np.abs(cols - w).sum()
+    assert 0 < log["err"] <= 2 and log["err"] == pytest.approx(violation, rel=1e-8)

@@ -4,7 +4,8 @@ jupyter-cache (``execute_notebooks: cache``) keys an execution by the notebook's
 after a change to ``tpde_lib`` a rebuild would show the old outputs, and a chapter broken by the
 change would still pass. This extension adds the *fingerprint* of everything else a chapter's
 kernel runs (:func:`fingerprint`): at ``builder-inited`` it removes from the cache every record
-that does not carry the current fingerprint (so those chapters execute again), and at
+that does not carry the current fingerprint, and marks those pages outdated (so an incremental
+build executes them again), and at
 ``build-finished`` it writes the fingerprint into the records this build created (the
 record's ``data``, next to myst-nb's ``execution_seconds``). jupyter-cache stores only
 executions that raised nothing (myst-nb with ``allow_errors: false``), so a record carrying the
@@ -109,13 +110,21 @@ def _builder_inited(app):
     if cache is None:
         return
     app._tpde_fingerprint = fingerprint(_kernel_dir(app))
-    stale = [r.pk for r in cache.list_cache_records()
+    stale = [r for r in cache.list_cache_records()
              if (r.data or {}).get(KEY) != app._tpde_fingerprint]
-    for pk in stale:
-        cache.remove_cache(pk)
+    app._tpde_stale_sources = [r.uri for r in stale]
+    for record in stale:
+        cache.remove_cache(record.pk)
     if stale:
         logging.getLogger(__name__).info(
             f"execution_cache: {len(stale)} cached execution(s) ran other code: removed")
+
+
+def _outdated(app, env, added, changed, removed):
+    """Pages whose cached execution was dropped: read (so executed) again, even when their
+    source did not change (Sphinx would otherwise keep the old outputs of an incremental build)."""
+    docs = {env.path2doc(uri) for uri in getattr(app, "_tpde_stale_sources", [])}
+    return sorted(d for d in docs if d and d in env.found_docs and d not in added | changed)
 
 
 def _build_finished(app, exception):
@@ -138,5 +147,6 @@ def _build_finished(app, exception):
 
 def setup(app):
     app.connect("builder-inited", _builder_inited, priority=100)  # before myst-nb executes
+    app.connect("env-get-outdated", _outdated)
     app.connect("build-finished", _build_finished)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -21,7 +21,8 @@ an intersphinx inventory (none is reachable offline): the words of a docstring's
 *type* field ("ndarray, shape (n, d)") that name nothing in ``tpde_lib``, built-in exceptions,
 and dotted names of other installed libraries render as text. Any other unresolved reference
 (a ``tpde_lib`` name that does not exist) still fails the build. Numbered RST footnotes of a
-docstring (POT's reference style) become plain "[1]" text.
+docstring (POT's reference style) become plain "[1]" text, and MyST roles written in a
+docstring (``{eq}`label```) the equivalent reST roles (``:eq:`label```).
 """
 
 from __future__ import annotations
@@ -277,6 +278,15 @@ def _constant_comments(package=PACKAGE):
     return found
 
 
+_MYST_ROLE = re.compile(r"(?<![`\w])\{([a-z]+(?::[a-z]+)?)\}`(?!`)")
+
+
+def _myst_roles(app, what, name, obj, options, lines):
+    """MyST roles in a docstring (``{eq}`eq-closure```, ``{math}`x```, as the chapters write
+    them) as the reST roles autodoc's reST parser understands (``:eq:`eq-closure```)."""
+    lines[:] = [_MYST_ROLE.sub(r":\1:`", line) for line in lines]
+
+
 def _data_docstring(app, what, name, obj, options, lines):
     """A module constant shows its ``#:`` comment (wherever it is defined), never the docstring
     of its type (tuple, dict)."""
@@ -316,6 +326,7 @@ def setup(app):
     app.connect("config-inited", _config_inited)
     app.connect("missing-reference", _missing_reference)
     app.connect("autodoc-process-docstring", _plain_footnotes, priority=600)
+    app.connect("autodoc-process-docstring", _myst_roles, priority=450)
     app.connect("autodoc-process-docstring", _data_docstring, priority=400)  # before napoleon
     app.connect("autodoc-process-docstring", _end_with_blank_line, priority=900)
     app.add_transform(_DropAutosummaryToctrees)

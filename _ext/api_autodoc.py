@@ -63,8 +63,9 @@ def public_modules(package=PACKAGE):
     """The package and its public submodules, imported, sorted by name."""
     root = importlib.import_module(package)
     mods = {package: root}
-    for info in pkgutil.walk_packages(root.__path__, prefix=package + ".",
-                                      onerror=lambda name: logger.warning(f"api: cannot walk {name}")):
+    for info in pkgutil.walk_packages(
+        root.__path__, prefix=package + ".", onerror=lambda name: logger.warning(f"api: cannot walk {name}")
+    ):
         if _is_public_module(info.name):
             try:
                 mods[info.name] = importlib.import_module(info.name)
@@ -80,9 +81,13 @@ def public_names(mod):
         if missing:
             logger.warning(f"api: {mod.__name__}.__all__ lists missing names {missing}")
         return [n for n in mod.__all__ if hasattr(mod, n) and not inspect.ismodule(getattr(mod, n))]
-    return [n for n, obj in vars(mod).items()
-            if not n.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
-            and getattr(obj, "__module__", None) == mod.__name__]
+    return [
+        n
+        for n, obj in vars(mod).items()
+        if not n.startswith("_")
+        and (inspect.isfunction(obj) or inspect.isclass(obj))
+        and getattr(obj, "__module__", None) == mod.__name__
+    ]
 
 
 def _kind(obj):
@@ -133,8 +138,14 @@ def catalogue(package=PACKAGE):
             obj = getattr(mod, name)
             key = id(obj) if _kind(obj) != "data" else (modname, name)  # data: never merged
             places.setdefault(key, (obj, []))[1].append((modname, name))
-    pages = {m: {"own": [], "elsewhere": [], "modules": [
-        s for s in modules if s.rsplit(".", 1)[0] == m and s != m]} for m in modules}
+    pages = {
+        m: {
+            "own": [],
+            "elsewhere": [],
+            "modules": [s for s in modules if s.rsplit(".", 1)[0] == m and s != m],
+        }
+        for m in modules
+    }
     aliases, autolink_map = {}, {}
     for obj, where in places.values():
         home = _home(obj, where)
@@ -193,8 +204,9 @@ def _home_of(target, aliases, module=None, cls=None):
     """The documented spelling of a re-exported ``target`` (or of a member reached through it);
     a relative ``target`` is tried in the current class and module first, as Python's domain
     does (a module docstring's :func:`name` for a name the module re-exports)."""
-    scopes = [f"{module}.{cls}.", f"{module}.", ""] if module and cls else \
-        [f"{module}.", ""] if module else [""]
+    scopes = (
+        [f"{module}.{cls}.", f"{module}.", ""] if module and cls else [f"{module}.", ""] if module else [""]
+    )
     for scope in scopes:
         parts = (scope + target).split(".")
         for cut in range(len(parts), 1, -1):
@@ -216,12 +228,12 @@ def _missing_reference(app, env, node, contnode):
     if node.get("refdomain") != "py":
         return None
     target, reftype = node.get("reftarget", ""), node.get("reftype")
-    home = _home_of(target.lstrip("~."), getattr(app, "env_api_aliases", {}),
-                    node.get("py:module"), node.get("py:class"))
+    home = _home_of(
+        target.lstrip("~."), getattr(app, "env_api_aliases", {}), node.get("py:module"), node.get("py:class")
+    )
     if home:
         domain = env.get_domain("py")
-        return domain.resolve_xref(env, node.get("refdoc"), app.builder, reftype, home, node,
-                                   contnode)
+        return domain.resolve_xref(env, node.get("refdoc"), app.builder, reftype, home, node, contnode)
     if _external(target) or target in _STDLIB_TYPES:
         return contnode
     if reftype == "exc":
@@ -229,8 +241,11 @@ def _missing_reference(app, env, node, contnode):
         if inspect.isclass(obj) and issubclass(obj, BaseException):
             return contnode
         return None
-    if reftype in ("class", "obj", "data") and node.get("refspecific") and \
-            not target.lstrip(".~").startswith(PACKAGE):
+    if (
+        reftype in ("class", "obj", "data")
+        and node.get("refspecific")
+        and not target.lstrip(".~").startswith(PACKAGE)
+    ):
         return contnode
     return None
 

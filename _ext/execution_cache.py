@@ -36,8 +36,10 @@ PACKAGES = ("tpde_lib", "tpde_book")
 CACHE = Path("_build") / ".jupyter_cache"
 
 
-_PROBE = ("import importlib.util as u, json, sys; print(json.dumps("
-          "[list(u.find_spec(n).submodule_search_locations)[0] for n in sys.argv[1:]]))")
+_PROBE = (
+    "import importlib.util as u, json, sys; print(json.dumps("
+    "[list(u.find_spec(n).submodule_search_locations)[0] for n in sys.argv[1:]]))"
+)
 
 
 def package_dirs(packages=PACKAGES, cwd="."):
@@ -45,8 +47,9 @@ def package_dirs(packages=PACKAGES, cwd="."):
     included, and the folder itself first on ``sys.path``) imports ``packages`` from. Asked of
     a child process: this process's own ``sys.path`` may differ (``python -m pytest`` puts the
     repository first, where a mutant's copy of the library comes first in the kernel)."""
-    out = subprocess.run([sys.executable, "-c", _PROBE, *packages], cwd=cwd, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, *packages], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
     return [Path(p).resolve() for p in json.loads(out)]
 
 
@@ -89,6 +92,7 @@ def cached_execution(path, cache_dir, current=None):
 # Sphinx hooks
 # ---------------------------------------------------------------------------------------------
 
+
 def _cache(app):
     from jupyter_cache import get_cache
 
@@ -110,14 +114,14 @@ def _builder_inited(app):
     if cache is None:
         return
     app._tpde_fingerprint = fingerprint(_kernel_dir(app))
-    stale = [r for r in cache.list_cache_records()
-             if (r.data or {}).get(KEY) != app._tpde_fingerprint]
+    stale = [r for r in cache.list_cache_records() if (r.data or {}).get(KEY) != app._tpde_fingerprint]
     app._tpde_stale_sources = [r.uri for r in stale]
     for record in stale:
         cache.remove_cache(record.pk)
     if stale:
         logging.getLogger(__name__).info(
-            f"execution_cache: {len(stale)} cached execution(s) ran other code: removed")
+            f"execution_cache: {len(stale)} cached execution(s) ran other code: removed"
+        )
 
 
 def _outdated(app, env, added, changed, removed):
@@ -136,7 +140,8 @@ def _build_finished(app, exception):
         return
     if fingerprint(_kernel_dir(app)) != app._tpde_fingerprint:
         logging.getLogger(__name__).warning(
-            "execution_cache: the library changed during the build; executions not tagged")
+            "execution_cache: the library changed during the build; executions not tagged"
+        )
         return
     with session_context(cache.db) as session:
         for record in session.query(NbCacheRecord).all():

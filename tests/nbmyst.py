@@ -39,7 +39,8 @@ from nbval import plugin as nbval_plugin
 from tpde_book.ledger import toc_documents
 
 _spec = importlib.util.spec_from_file_location(
-    "execution_cache", Path(__file__).resolve().parents[1] / "_ext" / "execution_cache.py")
+    "execution_cache", Path(__file__).resolve().parents[1] / "_ext" / "execution_cache.py"
+)
 execution_cache = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(execution_cache)
 
@@ -84,8 +85,7 @@ class MystNotebookFile(nbval_plugin.IPyNbFile):
         notebook = jupytext.read(str(self.fspath))
         # nbval reads through the module-level name ``nbformat`` in nbval.plugin: divert only its
         # ``read`` while nbval collects this file, and restore it afterwards.
-        shim = types.SimpleNamespace(read=lambda *args, **kwargs: notebook,
-                                     from_dict=nbformat.from_dict)
+        shim = types.SimpleNamespace(read=lambda *args, **kwargs: notebook, from_dict=nbformat.from_dict)
         original = nbval_plugin.nbformat
         nbval_plugin.nbformat = shim
         try:
@@ -115,10 +115,16 @@ def _errors(outputs):
 def _widget_errors(notebook):
     """Error outputs held in the notebook's embedded widget state (e.g. an Output widget of an
     ``interact`` whose callback raised), as (model id, error name, value)."""
-    state = notebook.metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    return [(model, e.get("ename"), e.get("evalue")) for model, widget in state.items()
-            for e in _errors(widget.get("state", {}).get("outputs", []) or [])]
+    state = (
+        notebook.metadata.get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
+    return [
+        (model, e.get("ename"), e.get("evalue"))
+        for model, widget in state.items()
+        for e in _errors(widget.get("state", {}).get("outputs", []) or [])
+    ]
 
 
 class CachedCell(pytest.Item):
@@ -134,12 +140,14 @@ class CachedCell(pytest.Item):
         errors = _errors(self.cell.get("outputs", []))
         if self.options["check_exception"]:
             if not errors:
-                raise AssertionError(f"Cell {self.cell_num} is tagged raises-exception but the "
-                                     "stored execution raised nothing")
+                raise AssertionError(
+                    f"Cell {self.cell_num} is tagged raises-exception but the stored execution raised nothing"
+                )
         elif errors:  # not stored by jupyter-cache normally; kept in case of a foreign cache
             e = errors[0]
-            raise AssertionError(f"Cell {self.cell_num} raised {e.get('ename')}: "
-                                 f"{e.get('evalue')}\n{self.cell.source}")
+            raise AssertionError(
+                f"Cell {self.cell_num} raised {e.get('ename')}: {e.get('evalue')}\n{self.cell.source}"
+            )
 
     def reportinfo(self):
         return self.path, None, f"{self.parent.name}::{self.name} (book build's execution)"
@@ -151,8 +159,10 @@ class WidgetOutputs(pytest.Item):
     def runtest(self):
         found = _widget_errors(self.parent.notebook)
         if found:
-            raise AssertionError("errors shown inside widgets: " + "; ".join(
-                f"{name}: {value} (model {model})" for model, name, value in found))
+            raise AssertionError(
+                "errors shown inside widgets: "
+                + "; ".join(f"{name}: {value} (model {model})" for model, name, value in found)
+            )
 
 
 class CachedNotebookFile(pytest.File):
@@ -165,17 +175,20 @@ class CachedNotebookFile(pytest.File):
         cell_num = 0
         for cell in self.notebook.cells:
             if cell.cell_type == "code":
-                yield CachedCell.from_parent(self, name=f"Cell {cell_num}", cell_num=cell_num,
-                                             cell=cell, options=_options(cell))
+                yield CachedCell.from_parent(
+                    self, name=f"Cell {cell_num}", cell_num=cell_num, cell=cell, options=_options(cell)
+                )
                 cell_num += 1
         yield WidgetOutputs.from_parent(self, name="widget outputs")
 
 
 def pytest_addoption(parser):
     parser.getgroup("nbmyst").addoption(
-        "--nbmyst-execute", action="store_true",
+        "--nbmyst-execute",
+        action="store_true",
         help="execute every chapter under nbval, even one whose current source the book build "
-             "executed with the current code (_build/.jupyter_cache)")
+        "executed with the current code (_build/.jupyter_cache)",
+    )
 
 
 def pytest_configure(config):
@@ -184,8 +197,7 @@ def pytest_configure(config):
         ipdir = Path(tempfile.mkdtemp(prefix="tpde-ipython-"))
         profile = ipdir / "profile_default"
         profile.mkdir(parents=True)
-        (profile / "ipython_kernel_config.py").write_text(
-            "c.InteractiveShell.colors = 'nocolor'\n")
+        (profile / "ipython_kernel_config.py").write_text("c.InteractiveShell.colors = 'nocolor'\n")
         os.environ["IPYTHONDIR"] = str(ipdir)
     config._tpde_toc = toc_files(config.rootpath)
     config._tpde_chapters = {"reused": [], "executed": []}
@@ -207,7 +219,8 @@ def pytest_collect_file(file_path, parent):
         if folder not in config._tpde_fingerprints:
             config._tpde_fingerprints[folder] = execution_cache.fingerprint(folder)
         notebook, record = execution_cache.cached_execution(
-            file_path, config.rootpath / execution_cache.CACHE, config._tpde_fingerprints[folder])
+            file_path, config.rootpath / execution_cache.CACHE, config._tpde_fingerprints[folder]
+        )
         if notebook is not None:
             node = CachedNotebookFile.from_parent(parent, path=file_path)
             node.notebook, node.record = notebook, record
@@ -225,7 +238,6 @@ def pytest_terminal_summary(terminalreporter, config):
     if not chapters or not any(chapters.values()):
         return
     terminalreporter.section("chapters (tests/nbmyst.py)")
-    for what, label in (("reused", "checked in the book build's execution"),
-                        ("executed", "executed")):
+    for what, label in (("reused", "checked in the book build's execution"), ("executed", "executed")):
         for line in chapters[what]:
             terminalreporter.write_line(f"{label}: {line}")

@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("sphinx")
 
 _spec = importlib.util.spec_from_file_location(
-    "api_autodoc", Path(__file__).resolve().parents[1] / "_ext" / "api_autodoc.py")
+    "api_autodoc", Path(__file__).resolve().parents[1] / "_ext" / "api_autodoc.py"
+)
 api_autodoc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(api_autodoc)
 
@@ -45,17 +46,17 @@ def test_home_is_the_defining_public_module_or_the_package_exporting_a_private_o
     places = [("tpde_lib", "Obj"), ("tpde_lib.energy", "Obj")]
     assert api_autodoc._home(Obj, places) == ("tpde_lib.energy", "Obj")
     Obj.__module__ = "tpde_lib.transport"
-    assert api_autodoc._home(Obj, places + [("tpde_lib.transport", "Obj")]) == \
-        ("tpde_lib.transport", "Obj")
+    assert api_autodoc._home(Obj, places + [("tpde_lib.transport", "Obj")]) == ("tpde_lib.transport", "Obj")
 
 
 def test_references_to_a_reexport_resolve_to_the_home():
-    aliases = {"tpde_lib.simulate": "tpde_lib.particles.simulate",
-               "tpde_lib.Sinkhorn": "tpde_lib.attention.Sinkhorn"}
+    aliases = {
+        "tpde_lib.simulate": "tpde_lib.particles.simulate",
+        "tpde_lib.Sinkhorn": "tpde_lib.attention.Sinkhorn",
+    }
     home = api_autodoc._home_of
     assert home("tpde_lib.simulate", aliases) == "tpde_lib.particles.simulate"
-    assert home("tpde_lib.Sinkhorn.gaussian_rhs", aliases) == \
-        "tpde_lib.attention.Sinkhorn.gaussian_rhs"
+    assert home("tpde_lib.Sinkhorn.gaussian_rhs", aliases) == "tpde_lib.attention.Sinkhorn.gaussian_rhs"
     assert home("simulate", aliases, module="tpde_lib") == "tpde_lib.particles.simulate"
     assert home("tpde_lib.missing", aliases) is None
     assert home("simulate", aliases) is None  # no module context: not guessed

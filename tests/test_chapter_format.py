@@ -30,8 +30,12 @@ def jupytext_rewrite(paths, folder):
     for path in paths:
         copies.append(Path(folder) / path.name)
         shutil.copyfile(path, copies[-1])
-    subprocess.run([sys.executable, "-m", "jupytext", *COMMAND, *map(str, copies)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "jupytext", *COMMAND, *map(str, copies)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return {path: copy.read_text(encoding="utf-8") for path, copy in zip(paths, copies)}
 
 
@@ -66,8 +70,10 @@ def test_chapter_is_in_jupytext_canonical_form(path, rewritten):
     text, new = path.read_text(encoding="utf-8"), rewritten[path]
     if new != text:
         diff = list(difflib.unified_diff(text.splitlines(), new.splitlines(), lineterm="", n=0))
-        pytest.fail(f"{path.name} would be rewritten on save (run jupytext "
-                    f"{' '.join(COMMAND[:-1])} chapters/{path.name}):\n" + "\n".join(diff[:12]))
+        pytest.fail(
+            f"{path.name} would be rewritten on save (run jupytext "
+            f"{' '.join(COMMAND[:-1])} chapters/{path.name}):\n" + "\n".join(diff[:12])
+        )
 
 
 def test_canonical_form_detects_a_rewrite(rewritten):
@@ -96,5 +102,11 @@ def test_code_cells_fit_the_page(path):
             inside = False
         elif inside and len(line.encode("utf-8")) > 88:
             long.append((number, line))
-    assert not long, (f"{path.name}: {len(long)} lines over 88 characters in code cells, e.g. "
-                      f"line {long[0][0]}: {long[0][1]!r}") if long else ""
+    assert not long, (
+        (
+            f"{path.name}: {len(long)} lines over 88 characters in code cells, e.g. "
+            f"line {long[0][0]}: {long[0][1]!r}"
+        )
+        if long
+        else ""
+    )

@@ -34,9 +34,12 @@ def test_failing_assert_is_reported_as_failure_naming_its_cell(pytester):
 def test_passing_chapter_passes_and_runs_in_its_own_folder(pytester):
     sub = pytester.mkdir("chapters")
     (sub / "data.txt").write_text("42")
-    (sub / "good.md").write_text(chapter(
-        "value = int(open('data.txt').read())",  # relative path: kernel cwd is the chapter's folder
-        "assert value == 42"))
+    (sub / "good.md").write_text(
+        chapter(
+            "value = int(open('data.txt').read())",  # relative path: kernel cwd is the chapter's folder
+            "assert value == 42",
+        )
+    )
     result = pytester.runpytest(*ARGS)
     result.assert_outcomes(passed=2)
 
@@ -66,3 +69,98 @@ def test_toc_of_this_book_lists_only_existing_pages():
     assert listed, "the book's _toc.yml lists no page"
     missing = [str(p) for p in listed if not p.exists()]
     assert not missing, f"_toc.yml lists pages that do not exist: {missing}"
+
+
+# ---- reuse of the book build's execution (jupyter-cache) ------------------------------------
+
+
+def store_execution(root, name, source, fingerprint=None, outputs=None, widgets=None):
+    """Put an 'executed' copy of chapter ``name`` in ``root``'s jupyter-cache, as the book build
+    would (outputs given per code cell), tagged with ``fingerprint`` (default: the current one)."""
+    import jupytext
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    from tests.nbmyst import execution_cache
+
+    path = root / name
+    path.write_text(source)
+    nb = jupytext.read(str(path))
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for cell, out in zip(code, outputs or [[] for _ in code]):
+        cell.outputs = [nbformat.from_dict(o) for o in out]
+        cell.execution_count = 1
+    if widgets:
+        nb.metadata["widgets"] = {
+            "application/vnd.jupyter.widget-state+json": {
+                "state": widgets,
+                "version_major": 2,
+                "version_minor": 0,
+            }
+        }
+    tag = execution_cache.fingerprint(root) if fingerprint is None else fingerprint
+    get_cache(str(root / "_build" / ".jupyter_cache")).cache_notebook_bundle(
+        CacheBundleIn(nb, str(path), data={execution_cache.KEY: tag}), check_validity=False
+    )
+    return path
+
+
+SIDE_EFFECT = "open('ran.txt', 'w').write('ran')"
+
+
+def test_stored_execution_of_current_code_is_reused_not_executed(pytester):
+    store_execution(pytester.path, "ch.md", chapter(SIDE_EFFECT, "assert True"))
+    result = pytester.runpytest(*ARGS)
+    result.assert_outcomes(passed=3)  # two cells and the widget check
+    result.stdout.fnmatch_lines(["*checked in the book build's execution: ch.md*"])
+    assert not (pytester.path / "ran.txt").exists()
+
+
+def test_stored_execution_of_other_code_is_not_reused(pytester):
+    store_execution(
+        pytester.path, "ch.md", chapter("assert False, 'executed by nbval'"), fingerprint="another library"
+    )
+    result = pytester.runpytest(*ARGS, "-rf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*executed by nbval*", "*executed: ch.md (under nbval*fingerprint differs*"])
+
+
+def test_changed_source_is_executed(pytester):
+    path = store_execution(pytester.path, "ch.md", chapter("x = 1"))
+    path.write_text(chapter("x = 1", "assert x == 2, 'new cell ran'"))
+    result = pytester.runpytest(*ARGS, "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*new cell ran*"])
+
+
+def test_nbmyst_execute_ignores_the_stored_execution(pytester):
+    store_execution(pytester.path, "ch.md", chapter(SIDE_EFFECT))
+    result = pytester.runpytest(*ARGS, "--nbmyst-execute")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "ran.txt").read_text() == "ran"
+
+
+def test_error_inside_a_stored_widget_fails(pytester):
+    error = {"output_type": "error", "ename": "ValueError", "evalue": "bad slider value", "traceback": []}
+    widgets = {"m1": {"model_name": "OutputModel", "state": {"outputs": [error]}}}
+    store_execution(pytester.path, "ch.md", chapter("x = 1"), widgets=widgets)
+    result = pytester.runpytest(*ARGS, "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*widget outputs*", "*ValueError: bad slider value*"])
+
+
+def test_stored_cell_tagged_raises_exception_must_show_an_error(pytester):
+    tagged = "---\ntags: [raises-exception]\n---\n1 / 0"
+    source = HEADER + f"\n```{{code-cell}} ipython3\n{tagged}\n```\n"
+    error = {
+        "output_type": "error",
+        "ename": "ZeroDivisionError",
+        "evalue": "division by zero",
+        "traceback": [],
+    }
+    store_execution(pytester.path, "ok.md", source, outputs=[[error]])
+    store_execution(pytester.path, "bad.md", source.replace("1 / 0", "1 / 1"), outputs=[[]])
+    result = pytester.runpytest(*ARGS, "-rf")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*bad.md*raises-exception*"])

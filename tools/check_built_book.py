@@ -81,8 +81,7 @@ def check_links(html_dir, pages):
             if parts.fragment and target.suffix == ".html":
                 trel = target.relative_to(html_dir.resolve())
                 if unquote(parts.fragment) not in parse(trel).ids:
-                    failures.append(f"{rel}: link {link!r}: no element with id "
-                                    f"{parts.fragment!r} in {trel}")
+                    failures.append(f"{rel}: link {link!r}: no element with id {parts.fragment!r} in {trel}")
     return failures, n_links
 
 
@@ -174,13 +173,17 @@ def check_in_browser(html_dir, pages, shots_dir):
                     if outcome != "ok":
                         failures.append(f"{rel}: static twin #{k}: {outcome}")
             page.screenshot(path=str(shots_dir / (str(rel).replace("/", "__") + ".png")), full_page=True)
-            print(f"  {rel}: {report['nMath']} formulas, {report['anims']} animations, "
-                  f"{report['views']} widget views ({report['widgets']} widget elements rendered)")
+            print(
+                f"  {rel}: {report['nMath']} formulas, {report['anims']} animations, "
+                f"{report['views']} widget views ({report['widgets']} widget elements rendered)"
+            )
         browser.close()
     server.shutdown()
     if blocked:
-        print("  requests to other hosts blocked (not needed to read the book):",
-              ", ".join(sorted(h for h in blocked if h)))
+        print(
+            "  requests to other hosts blocked (not needed to read the book):",
+            ", ".join(sorted(h for h in blocked if h)),
+        )
     return failures
 
 

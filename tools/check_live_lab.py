@@ -52,8 +52,7 @@ BUDGETS = {"01": 1.0, "02": 1.0, "03": 1.0, "04": 1.0, "05": 0.3, "06": 0.3, "07
 RAW_MYST = re.compile(r"\{(cite(:[pt])?|eq|ref|numref|doc|term|math|download|abbr)\}")
 # the user-level settings of the test only: cells outside the viewport stay in the page (JupyterLab
 # renders only the visible cells by default), so outputs and Markdown can be inspected everywhere
-USER_SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings":
-                 '{"windowingMode": "none"}'}
+USER_SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '{"windowingMode": "none"}'}
 
 
 def toc_notebooks(root=ROOT):
@@ -91,8 +90,15 @@ def start_lab(tmp):
     """JupyterLab of this environment on 127.0.0.1; returns (process, base URL, token)."""
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ)
-    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
-                 "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR", "MPLCONFIGDIR"):
+    for name in (
+        "JUPYTER_CONFIG_DIR",
+        "JUPYTER_DATA_DIR",
+        "JUPYTER_RUNTIME_DIR",
+        "IPYTHONDIR",
+        "JUPYTERLAB_SETTINGS_DIR",
+        "JUPYTERLAB_WORKSPACES_DIR",
+        "MPLCONFIGDIR",
+    ):
         env[name] = str(Path(tmp) / name.lower())
         Path(env[name]).mkdir(parents=True, exist_ok=True)
     settings = Path(env["JUPYTERLAB_SETTINGS_DIR"])
@@ -103,10 +109,22 @@ def start_lab(tmp):
     lab = Path(sys.executable).parent / "jupyter-lab"
     log = open(Path(tmp) / "lab.log", "w")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(
-        [str(lab), "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--ServerApp.root_dir={ROOT}", f"--IdentityProvider.token={token}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.open_browser=False", "--allow-root"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            str(lab),
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--ServerApp.root_dir={ROOT}",
+            f"--IdentityProvider.token={token}",
+            "--LabApp.expose_app_in_browser=True",
+            "--ServerApp.open_browser=False",
+            "--allow-root",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -234,8 +252,9 @@ def exercise_panels(page, n_panels, budget, fail_factor, report, fail):
         panel.scroll_into_view_if_needed()
         controls = panel.locator(".tpde-controls > *")
         n = controls.count()
-        order = sorted(range(n), key=lambda i: "tpde-main-control" not in
-                       (controls.nth(i).get_attribute("class") or ""))
+        order = sorted(
+            range(n), key=lambda i: "tpde-main-control" not in (controls.nth(i).get_attribute("class") or "")
+        )
         for i in order:
             control = controls.nth(i)
             label = control.locator(".widget-label").first.inner_text().strip() or f"control {i}"
@@ -247,16 +266,22 @@ def exercise_panels(page, n_panels, budget, fail_factor, report, fail):
                 options = select.locator("option").all_inner_texts()
                 current = select.input_value()
                 values = select.locator("option").evaluate_all("os => os.map(o => o.value)")
-                actions = [(f"= {text}", select.select_option, {"value": v})
-                           for v, text in zip(values, options) if v != current]
-                actions.append((f"= {options[values.index(current)]} (back)", select.select_option,
-                                {"value": current}))
+                actions = [
+                    (f"= {text}", select.select_option, {"value": v})
+                    for v, text in zip(values, options)
+                    if v != current
+                ]
+                actions.append(
+                    (f"= {options[values.index(current)]} (back)", select.select_option, {"value": current})
+                )
             elif handle.count():
                 h = handle.first
                 at_max = h.get_attribute("aria-valuenow") == h.get_attribute("aria-valuemax")
                 key, back = ("ArrowLeft", "ArrowRight") if at_max else ("ArrowRight", "ArrowLeft")
-                actions = [(f"{key} key", h.press, {"key": key}),
-                           (f"{back} key (back)", h.press, {"key": back})]
+                actions = [
+                    (f"{key} key", h.press, {"key": key}),
+                    (f"{back} key (back)", h.press, {"key": back}),
+                ]
             else:
                 report(f"    panel {k} {label}: no slider or dropdown found (not exercised)")
                 continue
@@ -275,23 +300,27 @@ def exercise_panels(page, n_panels, budget, fail_factor, report, fail):
                     flag = "  FAIL"
                 elif took > budget:
                     flag = "  SLOW"
-                report(f"    panel {k} {label}{tag} {what}: {1000 * took:6.0f} ms "
-                       f"(budget {1000 * budget:.0f} ms){flag}")
+                report(
+                    f"    panel {k} {label}{tag} {what}: {1000 * took:6.0f} ms "
+                    f"(budget {1000 * budget:.0f} ms){flag}"
+                )
         for msg in page.evaluate(_PANEL_MESSAGES, k):
             fail(f"panel {k}: error or warning shown in the panel: {msg!r}")
 
 
 def git_status():
-    return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("notebooks", nargs="*", help="paths relative to the repository (default: _toc.yml)")
     ap.add_argument("--fail-factor", type=float, default=5.0)
-    ap.add_argument("--save", action="store_true",
-                    help="save each notebook (as autosave would) before closing it")
+    ap.add_argument(
+        "--save", action="store_true", help="save each notebook (as autosave would) before closing it"
+    )
     args = ap.parse_args(argv)
     notebooks = args.notebooks or toc_notebooks()
     from playwright.sync_api import sync_playwright
@@ -302,14 +331,14 @@ def main(argv=None):
         proc, base, token, log = start_lab(tmp)
         try:
             with sync_playwright() as pw:
-                browser, context = offline_context(pw, {"width": 1400, "height": 1000},
-                                                   blocked)
+                browser, context = offline_context(pw, {"width": 1400, "height": 1000}, blocked)
                 page = context.new_page()
                 page.set_default_timeout(60_000)
                 start = time.perf_counter()
                 page.goto(f"{base}/lab?token={token}", wait_until="load", timeout=120_000)
-                page.wait_for_function("window.jupyterapp && window.jupyterapp.started !== undefined",
-                                       timeout=120_000)
+                page.wait_for_function(
+                    "window.jupyterapp && window.jupyterapp.started !== undefined", timeout=120_000
+                )
                 page.evaluate("window.jupyterapp.started")
                 page.wait_for_selector(".jp-DirListing", timeout=120_000)
                 print(f"JupyterLab up in {time.perf_counter() - start:.1f} s at {base}")
@@ -331,10 +360,12 @@ def main(argv=None):
                     if "error" in run:
                         fail(run["error"])
                     else:
-                        print(f"{path}: opened as a notebook ({opened['factory']}) in "
-                              f"{time.perf_counter() - t_open - run['seconds']:.1f} s, "
-                              f"{run['nCode']} code cells ran in {run['seconds']:.1f} s, "
-                              f"{run['nMyst']} MyST-rendered blocks, {run['panels']} live panel(s)")
+                        print(
+                            f"{path}: opened as a notebook ({opened['factory']}) in "
+                            f"{time.perf_counter() - t_open - run['seconds']:.1f} s, "
+                            f"{run['nCode']} code cells ran in {run['seconds']:.1f} s, "
+                            f"{run['nMyst']} MyST-rendered blocks, {run['panels']} live panel(s)"
+                        )
                         for p in run["problems"]:
                             fail(p)
                         for m in run["rawMyst"]:
@@ -343,8 +374,7 @@ def main(argv=None):
                             fail("no Markdown cell rendered by jupyterlab-myst")
                         budget = BUDGETS.get(Path(path).name[:2], 1.0)
                         if not run["problems"]:
-                            exercise_panels(page, run["panels"], budget, args.fail_factor,
-                                            print, fail)
+                            exercise_panels(page, run["panels"], budget, args.fail_factor, print, fail)
                     closed = page.evaluate(_CLOSE, [path, args.save])
                     if closed != "closed":
                         fail(f"could not close: {closed}")
@@ -371,8 +401,10 @@ def main(argv=None):
         print("requests to other hosts blocked:", ", ".join(sorted(h for h in blocked if h)))
     for f in failures:
         print("FAIL", f)
-    print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
-          f" on {os.cpu_count()} cores (times above include waiting for a busy machine)")
+    print(
+        f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        f" on {os.cpu_count()} cores (times above include waiting for a busy machine)"
+    )
     n_fail = sum(not ok for ok in verdicts.values())
     if failures and not n_fail:
         n_fail = 1  # a failure that no single notebook owns

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_covariance, as_float_array, as_positive, as_square
-from .._linalg import psd_sqrt, sym_fn
+from .._checks import as_covariance, as_float_array, as_positive, as_square, unit_scale
+from .._linalg import psd_sqrt
 from ..measures import Gaussian
 
 __all__ = [
@@ -23,18 +23,31 @@ __all__ = [
 ]
 
 
-def _phi(s):
-    r""":math:`\varphi(s) = 2/(1+\sqrt{1+4s})`, the root in (0, 1] of :math:`s\varphi^2+\varphi-1=0`."""
-    return 2.0 / (1.0 + np.sqrt(1.0 + 4.0 * np.clip(s, 0.0, None)))
+def _h_sv(sigma):
+    r"""Per-eigenvalue entropic self-transport value (ε = 1) from a singular value :math:`\sigma`.
 
-
-def _h(s):
-    r"""Per-eigenvalue entropic self-transport value :math:`h(s)` (ε = 1), :math:`h' = -\varphi/2`.
-
-    :math:`h(s) = -\tfrac12(\sqrt{1+4s}-1) + \tfrac12\log\tfrac{1+\sqrt{1+4s}}{2}`.
+    :math:`h(s) = -\tfrac12(r-1) + \tfrac12\log\tfrac{1+r}{2}` with :math:`s = \sigma^2`,
+    :math:`r = \sqrt{1+4s}` and :math:`h' = -\varphi/2`. Evaluated without forming :math:`s`
+    (no overflow for :math:`\sigma` up to the largest float) and with
+    :math:`r - 1 = 2\sigma\cdot 2\sigma/(1+r)` (no cancellation for small :math:`\sigma`).
     """
-    r = np.sqrt(1.0 + 4.0 * np.clip(s, 0.0, None))
-    return -0.5 * (r - 1.0) + 0.5 * np.log(0.5 * (1.0 + r))
+    r = np.hypot(1.0, 2.0 * sigma)
+    q = (2.0 * sigma) * (2.0 * sigma / (1.0 + r))
+    return -0.5 * q + 0.5 * np.log1p(0.5 * q)
+
+
+def _scaled_sv(S, A, eps):
+    r"""``(c, Rt, B, U, sv, W)``: :math:`\Sigma = c\tilde\Sigma` with ``c`` a power of two,
+    :math:`\tilde R = \tilde\Sigma^{1/2}`, :math:`B = A/\varepsilon` and the SVD
+    :math:`\tilde RB\tilde R = U\,\mathrm{diag}(sv)\,W^\top`; the singular values of
+    :math:`M = \Sigma^{1/2}B\Sigma^{1/2}` are ``c * sv``. Factoring ``c`` out keeps every
+    intermediate representable at any scale of :math:`\Sigma` (1e-300 ... 1e300).
+    """
+    c = unit_scale(S)
+    Rt = psd_sqrt(S / c)
+    B = A / eps
+    U, sv, Wt = np.linalg.svd(Rt @ B @ Rt)
+    return c, Rt, B, U, sv, Wt.T
 
 
 def _mean_or_zero(mean, d):
@@ -82,10 +95,13 @@ def sinkhorn_energy_gaussian(cov: ArrayLike, A: ArrayLike, eps: float = 1.0,
     """
     S, A, eps = _gaussian_args(cov, A, eps)
     alpha = _mean_or_zero(mean, S.shape[0])
-    R = psd_sqrt(S)
-    M = R @ (A / eps) @ R
-    s = np.linalg.eigvalsh(M @ M.T)
-    return float(0.5 * eps * np.sum(_h(s)) - 0.5 * alpha @ A @ alpha)
+    c, _, _, _, sv, _ = _scaled_sv(S, A, eps)
+    with np.errstate(over="ignore"):
+        value = 0.5 * eps * np.sum(_h_sv(c * sv)) - 0.5 * alpha @ A @ alpha
+    if not np.isfinite(value):
+        raise FloatingPointError(f"sinkhorn_energy_gaussian = {value} exceeds the float range "
+                                 "(cov, A or mean too large)")
+    return float(value)
 
 
 def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
@@ -114,11 +130,13 @@ def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
     ndarray, shape (d, d), symmetric
     """
     S, A, eps = _gaussian_args(cov, A, eps)
-    R = psd_sqrt(S)
-    B = A / eps
-    M = R @ B @ R
-    K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M.T @ M, _phi)
-    grad = -0.25 * eps * (B.T @ R @ K @ R @ B + B @ R @ K2 @ R @ B.T)
+    c, Rt, B, U, sv, W = _scaled_sv(S, A, eps)
+    # c * phi(c^2 sv^2) = 2 / (1/c + hypot(1/c, 2 sv)): R K R = Rt (U k U^T) Rt, no overflow
+    inv_c = 1.0 / c
+    k = 2.0 / (inv_c + np.hypot(inv_c, 2.0 * sv))
+    RKR = Rt @ ((U * k) @ U.T) @ Rt
+    RK2R = Rt @ ((W * k) @ W.T) @ Rt
+    grad = -0.25 * eps * (B.T @ RKR @ B + B @ RK2R @ B.T)
     return 0.5 * (grad + grad.T)
 
 

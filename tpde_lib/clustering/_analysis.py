@@ -206,7 +206,10 @@ def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | 
     if valid is None:
         valid = np.ones((B, T), bool)
     else:
-        valid = np.asarray(valid)
+        try:
+            valid = np.asarray(valid)
+        except ValueError as exc:
+            raise ValueError(f"valid must be a bool array of shape ({B}, {T}) ({exc})") from exc
         if valid.dtype != bool:
             raise TypeError(f"valid must be a bool array of shape ({B}, {T}), got dtype "
                             f"{valid.dtype}")
@@ -220,7 +223,11 @@ def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | 
     outcome[trT > growth_factor * tr0] = GROWS
     blows = np.isfinite(tstar)
     if status is not None:
-        status = np.asarray(status)
+        try:
+            status = np.asarray(status)
+        except ValueError as exc:
+            raise ValueError(f"status must be an array of shape ({B},) of the solver's statuses "
+                             f"({exc})") from exc
         if status.shape != (B,):
             raise ValueError(f"status must have shape ({B},), got {status.shape}")
         allowed = ("ok", "blowup", "growth_limit", "max_steps", "step_underflow")

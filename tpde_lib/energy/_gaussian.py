@@ -13,7 +13,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_covariance, as_float_array, as_positive, as_square, unit_scale
+from .._checks import (
+    as_covariance,
+    as_float_array,
+    as_nonsingular,
+    as_positive,
+    as_square,
+    unit_scale,
+)
 from .._linalg import psd_sqrt
 from ..measures import Gaussian
 
@@ -260,9 +267,14 @@ def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[Arra
     if not isinstance(g, Gaussian):
         raise TypeError(f"g must be a Gaussian, got {type(g).__name__}")
     d = g.d
+    for k, u in ((1, u1), (2, u2)):
+        if not isinstance(u, tuple | list) or len(u) != 2:
+            raise TypeError(f"u{k} must be a pair (b (d,), M (d, d)) of an affine field, got "
+                            f"{type(u).__name__} {u!r:.40}")
     (b1, M1), (b2, M2) = [(as_float_array(f"u{k}[0]", u[0], shape=(d,)),
                            as_square(f"u{k}[1]", u[1], d)) for k, u in ((1, u1), (2, u2))]
-    Pinv = np.eye(d) if P is None else np.linalg.inv(as_covariance("P", P, d))
+    Pinv = np.eye(d) if P is None else np.linalg.inv(
+        as_nonsingular("P", as_covariance("P", P, d)))
     if P is not None and np.linalg.eigvalsh(Pinv)[0] <= 0:
         raise ValueError("P must be symmetric positive definite")
     alpha, Sigma = g.mean, g.cov
@@ -270,6 +282,7 @@ def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[Arra
         c, m, S = 1.0, alpha, Sigma
     else:
         A = as_square("A", A, d)
+        as_nonsingular("g.cov", Sigma)   # the weighted metric needs Sigma^-1
         prec = np.linalg.inv(Sigma) - A.T @ Sigma @ A
         if np.linalg.eigvalsh(0.5 * (prec + prec.T))[0] <= 0:
             raise ValueError("the weight Z_mu is not integrable: ||Sigma^1/2 A Sigma^1/2||_2 >= 1")

@@ -14,7 +14,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from .._checks import as_count, as_flag, as_float_array, as_positive, as_square, unit_scale
+from .._checks import (
+    as_count,
+    as_finite,
+    as_flag,
+    as_float_array,
+    as_nonsingular,
+    as_positive,
+    as_square,
+    unit_scale,
+)
 from ..attention import Attention
 from ..measures import Empirical, as_empirical
 
@@ -276,7 +285,7 @@ def mobility(att: Attention, t: float = 0.0) -> NDArray[np.float64]:
     if not isinstance(att, Attention):
         raise TypeError(f"att must be an Attention (e.g. tp.Softmax(A, V)), got "
                         f"{type(att).__name__}")
-    return att.mobility(t)
+    return att.mobility(as_finite("t", t))
 
 
 def dissipation(mu: Empirical, velocity: ArrayLike, mobility_matrix: ArrayLike | None = None,
@@ -308,7 +317,7 @@ def dissipation(mu: Empirical, velocity: ArrayLike, mobility_matrix: ArrayLike |
     if mobility_matrix is None:
         PiG = G
     else:
-        P = as_square("mobility_matrix", mobility_matrix, mu.d)
+        P = as_nonsingular("mobility_matrix", as_square("mobility_matrix", mobility_matrix, mu.d))
         PiG = np.linalg.solve(P, G.T).T
     rho = np.ones(mu.n) if factor is None else as_float_array("factor", factor, shape=(mu.n,))
     return float(np.sum(mu.weights * rho * np.sum(G * PiG, axis=1)))

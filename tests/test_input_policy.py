@@ -271,3 +271,42 @@ def test_wrong_kind_is_rejected_naming_the_argument(module, name, arg, default_i
     assert re.search(rf"(?<![A-Za-z0-9_]){re.escape(label)}(?![A-Za-z0-9_])", message), (
         f"{module}.{name}({arg}={wrong!r:.40}) raised {type(info.value).__name__} not naming "
         f"{label!r}: {message!r:.300}")
+
+
+# ---- what a reader's callables return --------------------------------------------------------
+
+#: (module, function, argument, how to wrap a returning function into that argument)
+CALLABLE_ARGS = [
+    ("energy", "configuration_gradient", "fun", lambda r: (lambda m: r), "fun"),
+    ("energy", "frobenius_gradient", "fun", lambda r: (lambda c: r), "fun"),
+    ("energy", "energy_along_geodesic", "energy", lambda r: (lambda m, c: r), "energy"),
+    ("energy", "search_geodesic_convexity", "energies", lambda r: {"e": lambda m, c: r},
+     "energies['e']"),
+    ("meanfield", "gaussian_affine_flow", "affine", lambda r: (lambda m, c, t: (r, np.zeros(2))),
+     "affine"),
+    ("meanfield", "gaussian_affine_flow", "affine", lambda r: (lambda m, c, t: (-I2, r)), "affine"),
+]
+
+#: wrong results: none of them is a real finite scalar, a real finite (2, 2) or a (2,) array
+BAD_RESULTS = st.one_of(
+    st.none(), st.text(max_size=3), st.just(1j), st.just(np.eye(2) * 1j),
+    st.sampled_from([float("nan"), float("inf")]), st.just(np.full((2, 2), np.nan)),
+    st.just(np.ones(3)), st.just(np.ones((3, 3))), st.just([1.0, "a"]), st.builds(_Opaque),
+)
+
+
+@pytest.mark.parametrize("module,name,arg,wrap,label", CALLABLE_ARGS,
+                         ids=[f"{c[0]}.{c[1]}-{c[2]}-{i}" for i, c in enumerate(CALLABLE_ARGS)])
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(result=BAD_RESULTS)
+def test_reader_callable_results_are_checked_naming_the_callable(module, name, arg, wrap, label,
+                                                                 result):
+    # a wrong shape, a complex, a NaN/inf or a non-number returned by the reader's callable is
+    # reported naming it, not broadcast, truncated or propagated (scalars returned where an array
+    # is expected, or arrays where a scalar is, included)
+    func = getattr(importlib.import_module(f"tpde_lib.{module}"), name)
+    kwargs = dict(VALID[(module, name)])
+    kwargs[arg] = wrap(result)
+    with pytest.raises((TypeError, ValueError)) as info:
+        func(**kwargs)
+    assert label in str(info.value), str(info.value)

@@ -341,21 +341,25 @@ def as_blowup_times(name, value, shape=None):
     return arr
 
 
-def checked_result(name, value, shape=None, allow_inf=False):
+def checked_result(name, value, shape=None, allow_inf=False, part=None):
     """Check what a reader's callable ``name`` returned: real, finite (``+-inf`` with ``allow_inf``),
-    of ``shape`` when given; errors name the callable and say what was expected."""
+    of ``shape`` when given; errors name the callable (and ``part``, e.g. "M", of its result)
+    and say what was expected."""
+    what = "real numbers" if part is None else f"{part} as real numbers"
     if value is None or isinstance(value, (str, bytes)) or callable(value):
-        raise TypeError(f"{name} must return real numbers, got {type(value).__name__}")
+        raise TypeError(f"{name} must return {what}, got {type(value).__name__}")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must return real numbers ({exc})") from exc
+        raise TypeError(f"{name} must return {what} ({exc})") from exc
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must return real numbers (int or float), got dtype {arr.dtype}")
+        raise TypeError(f"{name} must return {what} (int or float), got dtype {arr.dtype}")
     arr = arr.astype(float, copy=False)
     if shape is not None and arr.shape != tuple(shape):
-        raise ValueError(f"{name} must return an array of shape {tuple(shape)}, got {arr.shape}")
+        raise ValueError(f"{name} must return {'an array' if part is None else part} of shape "
+                         f"{tuple(shape)}, got {arr.shape}")
     bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
     if np.any(bad):
-        raise ValueError(f"{name} returned NaN{'' if allow_inf else ' or infinite'} values")
+        raise ValueError(f"{name} returned NaN{'' if allow_inf else ' or infinite'} values"
+                         + ("" if part is None else f" in {part}"))
     return arr

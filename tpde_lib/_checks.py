@@ -26,6 +26,14 @@ Choices (:func:`as_choice`), indices (:func:`as_index`), types (:func:`as_instan
     an integer in range (``IndexError`` giving the range); an object of the wrong class raises
     ``TypeError`` saying what was expected.
 
+Batches, inverses, blow-up times (:func:`as_square_batch`, :func:`as_nonsingular`, :func:`as_blowup_times`)
+    Stacks of square matrices ``(..., d, d)``; a matrix to be inverted must have a condition
+    number below 1e13 (``ValueError`` naming it, never numpy's bare "Singular matrix"); blow-up
+    times are ``>= 0`` or ``inf`` (a NaN is not "no blow-up").
+What a reader's callables return (:func:`checked_result`)
+    Checked where it comes back: real dtype, the expected shape (a scalar is not broadcast), no
+    NaN (nor inf unless allowed); the error names the callable and what was expected.
+
 Arguments that the chosen method ignores are still validated (``rtol=-1`` with a fixed-step
 method raises). Messages start with the argument's name and say what was expected and what was
 got, e.g. ``"h must be a finite positive number, got -1"``.

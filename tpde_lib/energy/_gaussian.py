@@ -21,7 +21,7 @@ from .._checks import (
     as_square,
     unit_scale,
 )
-from .._linalg import psd_sqrt
+from .._linalg import psd_sqrt, sym_fn
 from ..measures import Gaussian
 
 __all__ = [
@@ -43,18 +43,14 @@ def _h_sv(sigma):
     return -0.5 * q + 0.5 * np.log1p(0.5 * q)
 
 
-def _scaled_sv(S, A, eps):
-    r"""``(c, Rt, B, U, sv, W)``: :math:`\Sigma = c\tilde\Sigma` with ``c`` a power of two,
-    :math:`\tilde R = \tilde\Sigma^{1/2}`, :math:`B = A/\varepsilon` and the SVD
-    :math:`\tilde RB\tilde R = U\,\mathrm{diag}(sv)\,W^\top`; the singular values of
-    :math:`M = \Sigma^{1/2}B\Sigma^{1/2}` are ``c * sv``. Factoring ``c`` out keeps every
-    intermediate representable at any scale of :math:`\Sigma` (1e-300 ... 1e300).
-    """
-    c = unit_scale(S)
-    Rt = psd_sqrt(S / c)
-    B = A / eps
-    U, sv, Wt = np.linalg.svd(Rt @ B @ Rt)
-    return c, Rt, B, U, sv, Wt.T
+def _phi_times(c):
+    r""":math:`\lambda \mapsto c\,\varphi(c^2\lambda) = 2/(1/c + \sqrt{1/c^2 + 4\lambda})`, written with
+    ``hypot`` so that neither :math:`1/c^2` nor :math:`c^2\lambda` is formed (any scale ``c``)."""
+    inv_c = 1.0 / c
+
+    def phi(lam):
+        return 2.0 / (inv_c + np.hypot(inv_c, 2.0 * np.sqrt(np.clip(lam, 0.0, None))))
+    return phi
 
 
 def _mean_or_zero(mean, d):
@@ -102,9 +98,16 @@ def sinkhorn_energy_gaussian(cov: ArrayLike, A: ArrayLike, eps: float = 1.0,
     """
     S, A, eps = _gaussian_args(cov, A, eps)
     alpha = _mean_or_zero(mean, S.shape[0])
-    c, _, _, _, sv, _ = _scaled_sv(S, A, eps)
+    # Sigma = c St (c a power of two); the singular values of Sigma^1/2 (A/eps) Sigma^1/2 are c
+    # times those of M = St^1/2 (A/eps) St^1/2, the top half of the eigenvalues of the
+    # symmetric [[0, M], [M^T, 0]] (no M M^T formed: no overflow, no squared round-off)
+    d = S.shape[0]
+    c = unit_scale(S)
+    R = psd_sqrt(S / c)
+    M = R @ (A / eps) @ R
+    s = np.linalg.eigvalsh(np.block([[np.zeros((d, d)), M], [M.T, np.zeros((d, d))]]))
     with np.errstate(over="ignore"):
-        value = 0.5 * eps * np.sum(_h_sv(c * sv)) - 0.5 * alpha @ A @ alpha
+        value = 0.5 * eps * np.sum(_h_sv(c * np.abs(s[d:]))) - 0.5 * alpha @ A @ alpha
     if not np.isfinite(value):
         raise FloatingPointError(f"sinkhorn_energy_gaussian = {value} exceeds the float range "
                                  "(cov, A or mean too large)")
@@ -137,13 +140,15 @@ def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
     ndarray, shape (d, d), symmetric
     """
     S, A, eps = _gaussian_args(cov, A, eps)
-    c, Rt, B, U, sv, W = _scaled_sv(S, A, eps)
-    # c * phi(c^2 sv^2) = 2 / (1/c + hypot(1/c, 2 sv)): R K R = Rt (U k U^T) Rt, no overflow
-    inv_c = 1.0 / c
-    k = 2.0 / (inv_c + np.hypot(inv_c, 2.0 * sv))
-    RKR = Rt @ ((U * k) @ U.T) @ Rt
-    RK2R = Rt @ ((W * k) @ W.T) @ Rt
-    grad = -0.25 * eps * (B.T @ RKR @ B + B @ RK2R @ B.T)
+    # Sigma = c St (c a power of two), R = St^1/2: Sigma^1/2 K Sigma^1/2 = R (c K) R with
+    # c K = c phi(c^2 M M^T) = _phi(M M^T) for M = R B R, every factor representable
+    c = unit_scale(S)
+    R = psd_sqrt(S / c)
+    B = A / eps
+    M = R @ B @ R
+    _phi = _phi_times(c)
+    K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M.T @ M, _phi)
+    grad = -0.25 * eps * (B.T @ R @ K @ R @ B + B @ R @ K2 @ R @ B.T)
     return 0.5 * (grad + grad.T)
 
 

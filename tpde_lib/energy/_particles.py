@@ -124,11 +124,12 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
                            f"{err:.3g} > tol={tol:g} after {max_iter} iterations "
                            f"(eps={eps:g} too small for these scores?)")
     # Potentials in cost units, polished by stable Sinkhorn updates (_softmin): then
-    # eps * log(plan / w w^T) = f_i + g_j - C_ij and F = (<plan, C> + eps KL) / 2
-    # = sum_ij plan_ij (f_i + g_j) / 2, accurate at any eps. Start: POT's scalings, whose
-    # eps * log loses 1e-16 * eps (centred: POT splits the constant between u and v
-    # arbitrarily), unless osc(C) / eps < 1e-3, where each update contracts the error by
-    # tanh(osc(C) / 4 eps) < 3e-4 and the eps -> inf limit f_i = -sum_j w_j C_ij is closer.
+    # eps * log(plan / w w^T) = f_i + g_j - C_ij, so eps KL = sum plan (f + g - C) carries no
+    # round-off multiplied by eps and F = (<plan, C> + eps KL) / 2 is accurate at any eps.
+    # Start: POT's scalings, whose eps * log loses 1e-16 * eps (centred: POT splits the
+    # constant between u and v arbitrarily), unless osc(C) / eps < 1e-3, where each update
+    # contracts the error by tanh(osc(C) / 4 eps) < 3e-4 and the eps -> inf limit
+    # f_i = -sum_j w_j C_ij is closer.
     Cs = C - shift
     if np.ptp(Cs) < 1e-3 * eps:
         f = -(Cs @ w)
@@ -139,8 +140,10 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
     for _ in range(2):
         f = _softmin(Cs, g, w, eps)
         g = _softmin(Cs.T, f, w, eps)
-    plan = np.outer(w, w) * np.exp((f[:, None] + g[None, :] - Cs) / eps)
-    return 0.5 * float(np.sum(plan * (f[:, None] + g[None, :] + shift)))
+    log_ratio = (f[:, None] + g[None, :] - Cs) / eps          # log(plan / w w^T)
+    plan = np.outer(w, w) * np.exp(log_ratio)
+    kl = float(np.sum(plan * log_ratio))   # eps * kl: relative accuracy kept at any eps
+    return 0.5 * (float(np.sum(plan * C)) + eps * kl)
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,14 +152,14 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
 
 def _block_lse(mu, A):
     """Row log-sum-exps LSE_j(L_ij + log w_j) for every token (blocked over rows), shape (n,)."""
-    keep = mu.weights > 0
     # Scores L = a c^2 (Xt At Xt^T) with X = c Xt, A = a At (c, a powers of two: exact, and
     # bitwise the unscaled product wherever that does not overflow): an intermediate A x_i
     # beyond the float range no longer makes a representable score inf or NaN.
     c, a = unit_scale(mu.points), unit_scale(A)
-    pts = mu.points / c
-    keys, logw = pts[keep], np.log(mu.weights[keep])
-    AX = pts @ (A / a).T
+    mu, A = mu.with_points(mu.points / c), A / a
+    keep = mu.weights > 0
+    keys, logw = mu.points[keep], np.log(mu.weights[keep])
+    AX = mu.points @ A.T
     out = np.empty(mu.n)
     with np.errstate(over="ignore"):
         for start in range(0, mu.n, _BLOCK_ROWS):

@@ -197,14 +197,16 @@ def masked_lipschitz_constant(A: ArrayLike, V: ArrayLike, R: float, sink_mass: f
     R = as_positive("R", R)
     p = _as_p(p)
     m = as_sink_mass(sink_mass, allow_zero=p == np.inf)
-    with np.errstate(over="ignore"):
-        L_mu = _softmax_constants(A, V, R)[1]
-        value = L_mu if p == np.inf else L_mu / m ** (1.0 / p)
     a, v = np.linalg.norm(A, 2), np.linalg.norm(V, 2)
     log_value = (np.log(v) + np.log1p(2.0 * a * R ** 2) + 2.0 * a * R ** 2
                  - (0.0 if p == np.inf else np.log(m) / p))
-    return float(_finite_constant("the Lipschitz constant", value, log_value,
-                                  " (R or A too large)"))
+    with np.errstate(over="ignore"):
+        L_mu = _softmax_constants(A, V, R)[1]
+        _finite_constant("the Lipschitz constant", L_mu if p == np.inf else L_mu / m ** (1.0 / p),
+                         log_value, " (R or A too large)")
+    if p == np.inf:
+        return float(L_mu)
+    return float(L_mu / m ** (1.0 / p))
 
 
 def masked_stability_constant(A: ArrayLike, V: ArrayLike, R0: float, times: ArrayLike,

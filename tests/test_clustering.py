@@ -316,3 +316,67 @@ def test_spd_V_with_positive_definite_symmetric_part_blows_up_before_the_lyapuno
     assert sv.blows_up.all()
     assert np.all(sv.blowup_time <= t_max * (1 + 1e-6))
     assert np.all(sv.blowup_time >= cl.blowup_time_lower_bound(A, V, S0) * (1 - 1e-6))
+
+
+# ---- input policy and the stiff re-solve (issue 28) -------------------------------------------
+
+def test_survey_resolves_members_the_batch_left_with_max_steps_or_step_underflow(monkeypatch):
+    # the batched solver may end a stiff member with "max_steps" or "step_underflow": the survey
+    # must re-solve it with the stiff method, as it does "growth_limit" members; we make the batch
+    # report those statuses for two members and compare with direct LSODA runs
+    import dataclasses
+
+    from tpde_lib.clustering import _general_v
+
+    real = _general_v.simulate_gaussian_batch
+
+    def flaky_batch(*args, **kwargs):
+        out = real(*args, **kwargs)
+        status = np.asarray(out.status, dtype=object).copy()
+        tstar = np.asarray(out.blowup_time, float).copy()
+        status[[0, 2]] = ["max_steps", "step_underflow"]
+        tstar[[0, 2]] = np.inf
+        return dataclasses.replace(out, status=status, blowup_time=tstar)
+
+    monkeypatch.setattr(_general_v, "simulate_gaussian_batch", flaky_batch)
+    A = np.stack([np.eye(2), -np.eye(2), np.diag([1.0, -1.0])])
+    V = np.stack([np.eye(2)] * 3)
+    sv = cl.blowup_survey(A, V, np.eye(2), horizon=2.0)
+    assert sv.status.tolist() == ["blowup", "ok", "blowup"]
+    for b in (0, 2):   # Sigma' = 2 Sigma^2 on the positive direction: t* = 1/2
+        direct = tp.simulate_gaussian(tp.Softmax(A[b], V[b]), tp.Gaussian(np.zeros(2), np.eye(2)),
+                                      [0.0, 2.0], method="LSODA", rtol=1e-8, atol=1e-10)
+        assert sv.blowup_time[b] == pytest.approx(direct.blowup_time, rel=1e-12)
+        assert sv.blowup_time[b] == pytest.approx(0.5, rel=1e-3)
+
+
+def test_clustering_helpers_reject_singular_jordan_and_indefinite_inputs():
+    I2 = np.eye(2)
+    sing = np.array([[1.0, 1.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match="V must be invertible"):
+        cl.lyapunov(I2, sing)          # was numpy's bare "Singular matrix"
+    with pytest.raises(ValueError, match="V must be diagonalisable"):
+        cl.lyapunov_matrix(np.array([[1.0, 1.0], [0.0, 1.0]]))   # Jordan block: was singular M
+    with pytest.raises(ValueError, match="P must be invertible"):
+        cl.congruence(I2, I2, sing)
+    with pytest.raises(ValueError, match="V must be invertible"):
+        cl.pairs_with_sign_condition(np.random.default_rng(0), sing[None])
+    with pytest.raises(ValueError, match="cov0 must hold symmetric positive semi-definite"):
+        cl.blowup_time_lower_bound(I2, I2, -I2)   # was a negative time bound, -0.5
+    # a vanishing covariance never blows up: the bound is inf, not a division warning
+    assert cl.blowup_time_lower_bound(I2, I2, 0 * I2) == np.inf
+    cov = np.broadcast_to(I2, (2, 3, 2, 2))
+    with pytest.raises(ValueError, match="blowup_time must hold times >= 0 or inf"):
+        cl.classify_outcome(cov, [np.nan, np.inf])   # a NaN time was counted as no blow-up
+    with pytest.raises(ValueError, match="blowup_time"):
+        cl.classify_outcome(cov, [-1.0, np.inf])
+    with pytest.raises(TypeError, match="valid must be a bool array"):
+        cl.classify_outcome(cov, [np.inf, np.inf], valid=np.ones((2, 3)))
+    with pytest.raises(ValueError, match="status must hold"):
+        cl.classify_outcome(cov, [np.inf, np.inf], status=["ok", "fine"])
+    with pytest.raises(ValueError, match="stiff_method must be one of"):
+        cl.blowup_survey(I2[None], I2[None], I2, stiff_method="RK45")
+    with pytest.raises(ValueError, match=r"cov0\[0\] must be positive semi-definite"):
+        cl.blowup_survey(I2[None], I2[None], -I2)
+    with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+        cl.random_value_matrices(0, 3, 2, "spd")

@@ -613,3 +613,134 @@ def test_dissipation_is_the_weighted_sum_written_out():
     Pinv = np.linalg.inv(P)
     expected = sum(mu.weights[i] * rho[i] * G[i] @ Pinv @ G[i] for i in range(7))
     assert en.dissipation(mu, G, P, rho) == pytest.approx(expected, rel=1e-13)
+
+
+# ---- extreme scales (issue 28) -----------------------------------------------------------------
+
+def _second_order_sinkhorn_energy(X, A):
+    """(F_0, F_1): F = F_0 - F_1 / eps + O(eps^-2) as eps -> inf, for uniform weights.
+
+    Derived: the plan is w w^T (1 + h) with h = -Ct / eps to first order, Ct the doubly centred
+    cost, so OT_eps = E[C] - E[Ct^2] / (2 eps) + O(|C|^3 / eps^2) and F = OT_eps / 2.
+    """
+    n = X.shape[0]
+    w = np.full(n, 1.0 / n)
+    C = -((X @ A.T) @ X.T)
+    Ct = C - (C @ w)[:, None] - (w @ C)[None, :] + w @ C @ w
+    return 0.5 * (w @ C @ w), 0.25 * (w @ (Ct ** 2) @ w)
+
+
+@pytest.mark.parametrize("eps", [1e8, 1e12, 1e16, 1e100, 1e250])
+def test_sinkhorn_energy_is_right_at_huge_eps(eps):
+    # before: the KL term, rounded at 1e-16 and multiplied by eps, gave 1e-16 eps of error (a
+    # value 1e5 times too large at eps = 1e20); the expansion's remainder is O(|C|^3 / eps^2),
+    # below 1e-16 relative from eps = 1e8 on, so 1e-13 relative leaves room for round-off only
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((25, 2))
+    A = np.array([[0.6, 0.1], [0.1, -0.4]])
+    F0, F1 = _second_order_sinkhorn_energy(X, A)
+    value = en.sinkhorn_energy(Empirical(X), A, eps)
+    assert value == pytest.approx(F0 - F1 / eps, rel=1e-13, abs=1e-15 * abs(F0))
+
+
+def _h_longdouble(sigma):
+    s = np.longdouble(sigma) ** 2
+    r = np.sqrt(1 + 4 * s)
+    return -(r - 1) / 2 + np.log((1 + r) / 2) / 2
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1.0, 1e100, 1e200, 1e250])
+def test_gaussian_sinkhorn_energy_gradient_and_flow_at_extreme_scales(scale):
+    # Sigma = scale * I, A = Q diag(a) Q^T: the singular values of Sigma^1/2 A Sigma^1/2 / eps are
+    # scale |a_i| / eps, so F = eps/2 sum h(scale |a_i| / eps) and grad F =
+    # -(scale / 2 eps) Q diag(a_i^2 phi(scale^2 a_i^2 / eps^2)) Q^T, evaluated in long double
+    # (range 1e4932: no overflow); before, Sigma = 1e200 I gave NaN for all three
+    eps = 0.7
+    Q = np.linalg.qr(np.array([[1.0, 2.0], [-0.5, 1.0]]))[0]
+    a = np.array([0.9, -0.3])
+    A = (Q * a) @ Q.T
+    S = scale * np.eye(2)
+    sig = [np.longdouble(scale) * np.longdouble(abs(x)) / np.longdouble(eps) for x in a]
+    F_ref = np.longdouble(eps) / 2 * sum(_h_longdouble(x) for x in sig)
+    phi = [2 / (1 + np.sqrt(1 + 4 * x ** 2)) for x in sig]
+    g_ref = [-(np.longdouble(scale) / (2 * np.longdouble(eps))) * np.longdouble(x) ** 2 * p
+             for x, p in zip(a, phi)]
+    grad_ref = (Q * np.array(g_ref, dtype=float)) @ Q.T
+    F = en.sinkhorn_energy_gaussian(S, A, eps)
+    grad = en.sinkhorn_energy_gradient_gaussian(S, A, eps)
+    flow = en.bures_wasserstein_gradient_flow_rhs(S, A, eps)
+    assert F == pytest.approx(float(F_ref), rel=1e-13)
+    np.testing.assert_allclose(grad, grad_ref, rtol=1e-13, atol=1e-14 * np.abs(grad_ref).max())
+    flow_ref = -4.0 * scale * grad_ref   # -2 (grad S + S grad) with S = scale I
+    np.testing.assert_allclose(flow, flow_ref, rtol=1e-13, atol=1e-14 * np.abs(flow_ref).max())
+
+
+def test_gaussian_sinkhorn_energy_scaling_law_for_a_nonsymmetric_A():
+    # derived: Sigma^1/2 (A / eps) Sigma^1/2 is unchanged by (Sigma, eps) -> (c Sigma, c eps), so
+    # F(c Sigma, A, eps) = c F(Sigma, A, eps / c); both sides at extreme but representable scales
+    A = np.array([[0.5, 0.3], [-0.1, -0.3]])
+    S = np.array([[1.0, 0.3], [0.3, 0.5]])
+    for c in (1e200, 1e-200):
+        assert en.sinkhorn_energy_gaussian(c * S, A, 1.0) == pytest.approx(
+            c * en.sinkhorn_energy_gaussian(S, A, 1.0 / c), rel=1e-13)
+
+
+def _lse_longdouble(v):
+    v = np.asarray(v, dtype=np.longdouble)
+    top = v.max()
+    return top + np.log(np.sum(np.exp(v - top)))
+
+
+def test_log_energies_are_finite_where_the_scores_are():
+    # |A| = 1.2e308 and tokens of norm ~1: A x_i overflows float64 although every score
+    # <A x_i, x_j> is below 1.8e308; before, log Z and log E were inf. Reference: the scores and
+    # the log-sum-exps in long double (range 1e4932), relative 1e-15 (the scores' round-off)
+    A = 1.2e308 * np.array([[1.0, 1.0], [0.0, 0.0]])
+    X = np.array([[0.6, 1.0], [0.5, 0.9], [0.3, 0.2]])
+    w = np.array([0.5, 0.3, 0.2])
+    mu = Empirical(X, w)
+    Xl, Al = X.astype(np.longdouble), A.astype(np.longdouble)
+    L = (Xl @ Al.T) @ Xl.T
+    logw = np.log(w.astype(np.longdouble))
+    lz_ref = np.array([_lse_longdouble(L[i] + logw) for i in range(3)])
+    le_ref = np.log(np.longdouble(0.5)) + _lse_longdouble(lz_ref + logw)
+    np.testing.assert_allclose(en.partition_function(mu, A, log=True), lz_ref.astype(float),
+                               rtol=1e-15)
+    assert en.interaction_energy(mu, A, log=True) == pytest.approx(float(le_ref), rel=1e-15)
+    # scores beyond the float range: log E is not representable either, say so
+    with pytest.raises(FloatingPointError, match="exceed the float range"):
+        en.interaction_energy(Empirical(np.array([[1e160, 0.0], [0.0, 1.0]])), np.eye(2), log=True)
+
+
+def test_stable_gaussian_sinkhorn_formulas_agree_with_the_plain_ones_at_ordinary_scales():
+    # the rescaled, singular-value forms against the plain formulas they replaced (eigenvalues
+    # of M M^T, phi of M M^T and M^T M, written out here), for random inputs of size ~1:
+    # agreement to 1e-13 relative (the plain forms lose ~1e-15 to cancellation in sqrt(1+4s)-1)
+    from scipy.linalg import eigh
+
+    def plain(S, A, eps):
+        lam, U = eigh(S)
+        R = (U * np.sqrt(np.clip(lam, 0, None))) @ U.T
+        B = A / eps
+        M = R @ B @ R
+        s = np.linalg.eigvalsh(M @ M.T)
+        r = np.sqrt(1 + 4 * s)
+        F = 0.5 * eps * np.sum(-0.5 * (r - 1) + 0.5 * np.log(0.5 * (1 + r)))
+
+        def phi(X):
+            mu, W = eigh(X)
+            return (W * (2 / (1 + np.sqrt(1 + 4 * np.clip(mu, 0, None))))) @ W.T
+        G = -0.25 * eps * (B.T @ R @ phi(M @ M.T) @ R @ B + B @ R @ phi(M.T @ M) @ R @ B.T)
+        return F, 0.5 * (G + G.T)
+
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        d = int(rng.integers(1, 5))
+        Gm = rng.standard_normal((d, d))
+        S = Gm @ Gm.T + 0.1 * np.eye(d)
+        A = rng.standard_normal((d, d))
+        eps = float(rng.uniform(0.2, 5.0))
+        F_ref, G_ref = plain(S, A, eps)
+        assert en.sinkhorn_energy_gaussian(S, A, eps) == pytest.approx(F_ref, rel=1e-13)
+        np.testing.assert_allclose(en.sinkhorn_energy_gradient_gaussian(S, A, eps), G_ref,
+                                   rtol=1e-13, atol=1e-13 * np.abs(G_ref).max())

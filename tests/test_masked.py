@@ -507,3 +507,34 @@ def test_prefix_sweep_matches_separate_sensitivity_runs():
         assert np.allclose(sup[:, k], one.sup_ratio[:, -1], rtol=1e-12)
     with pytest.raises(ValueError, match="moves no token"):
         prefix_sweep(att, mu, [0.001], shift, 0.5)
+
+
+# ---- input policy of the bounds (issue 28) ---------------------------------------------------
+
+def test_masked_bounds_reject_bad_p_n_terms_and_report_overflow():
+    H = prefix_average_matrix([0.3, 0.2, 0.5])
+    with pytest.raises(TypeError, match="p must be a real number"):
+        lp_operator_norm(H, [0.3, 0.2, 0.5], True)        # was accepted as p = 1
+    with pytest.raises(TypeError, match="p must be a real number"):
+        hardy_constant([0.3, 0.7], "inf")
+    with pytest.raises(TypeError, match="p must be a real number"):
+        masked_lipschitz_constant(np.eye(2), np.eye(2), 1.0, 0.1, p="1")
+    with pytest.raises(ValueError, match="p must be a real number >= 1"):
+        hardy_constant([0.3, 0.7], np.nan)
+    with pytest.raises(ValueError, match="n_terms must be an integer >= 1"):
+        linear_sink_response(1.0, 0.1, n_terms=0)         # was 0.0
+    with pytest.raises(TypeError, match="n_terms"):
+        linear_sink_response(1.0, 0.1, n_terms="50")      # was int("50")
+    with pytest.raises(ValueError, match="n_terms=10 is too small"):
+        linear_sink_response(5.0, 0.1, n_terms=10)        # was a truncated sum, 9% low
+    with pytest.raises(FloatingPointError, match="exceeds the float range"):
+        linear_sink_response(800.0, 0.1, n_terms=2000)    # was inf
+    with pytest.raises(FloatingPointError, match="Lipschitz constant exceeds the float range"):
+        masked_lipschitz_constant(np.eye(2), np.eye(2), 30.0, 0.1)   # was inf
+    with pytest.raises(FloatingPointError, match="use log=True"):
+        masked_stability_constant(0.2 * np.eye(2), np.eye(2), 1.0, [0.0, 2.0], [0.5, 0.5], 1)
+    with pytest.raises(FloatingPointError, match="log C_p"):
+        masked_stability_constant(np.eye(2), np.eye(2), 1.0, [0.0, 50.0], [0.5, 0.5], 1,
+                                  log=True)
+    with pytest.raises(TypeError, match="log must be True or False"):
+        masked_stability_constant(np.eye(2), np.eye(2), 1.0, [0.0, 1.0], [0.5, 0.5], 1, log="no")

@@ -137,7 +137,7 @@ def test_affine_flow_rejects_bad_inputs():
         gaussian_affine_flow(np.eye(2), g0, [0.0, 1.0])
     with pytest.raises(TypeError, match="g0"):
         gaussian_affine_flow(lambda m, c, t: (c, m), np.eye(2), [0.0, 1.0])
-    with pytest.raises(ValueError, match="M returned by affine"):
+    with pytest.raises(ValueError, match=r"affine must return M of shape \(2, 2\)"):
         gaussian_affine_flow(lambda m, c, t: (np.eye(3), m), g0, [0.0, 1.0])
     flow = gaussian_affine_flow(lambda m, c, t: (-c, m), g0, [0.0, 1.0])
     with pytest.raises(ValueError, match="points"):

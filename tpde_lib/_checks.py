@@ -26,6 +26,14 @@ Choices (:func:`as_choice`), indices (:func:`as_index`), types (:func:`as_instan
     an integer in range (``IndexError`` giving the range); an object of the wrong class raises
     ``TypeError`` saying what was expected.
 
+Batches, inverses, blow-up times (:func:`as_square_batch`, :func:`as_nonsingular`, :func:`as_blowup_times`)
+    Stacks of square matrices ``(..., d, d)``; a matrix to be inverted must have a condition
+    number below 1e13 (``ValueError`` naming it, never numpy's bare "Singular matrix"); blow-up
+    times are ``>= 0`` or ``inf`` (a NaN is not "no blow-up").
+What a reader's callables return (:func:`checked_result`)
+    Checked where it comes back: real dtype, the expected shape (a scalar is not broadcast), no
+    NaN (nor inf unless allowed); the error names the callable and what was expected.
+
 Arguments that the chosen method ignores are still validated (``rtol=-1`` with a fixed-step
 method raises). Messages start with the argument's name and say what was expected and what was
 got, e.g. ``"h must be a finite positive number, got -1"``.
@@ -40,7 +48,8 @@ import numpy as np
 
 __all__ = ["as_float_array", "as_square", "as_covariance", "as_times", "as_positive", "as_at_least",
            "as_finite", "as_flag", "as_count", "as_seed", "as_rng", "as_choice", "as_index",
-           "as_instance", "as_sink_mass", "unit_scale"]
+           "as_instance", "as_sink_mass", "unit_scale", "as_square_batch", "as_generator",
+           "as_nonsingular", "as_blowup_times", "checked_result"]
 
 
 def _describe_shape(shape):
@@ -289,3 +298,76 @@ def as_sink_mass(value, allow_zero=False):
                          f"of the sink; 1 would put every token at s = 0, i.e. unmasked attention), "
                          f"got {value!r}")
     return m
+
+
+def as_square_batch(name, value, d=None):
+    """A finite array of square matrices, shape ``(..., d, d)`` (``d`` checked when given)."""
+    arr = as_float_array(name, value)
+    if arr.ndim < 2 or arr.shape[-1] != arr.shape[-2]:
+        raise ValueError(f"{name} must have shape (..., d, d) (square matrices), got {arr.shape}")
+    if d is not None and arr.shape[-1] != d:
+        raise ValueError(f"{name} must have shape (..., {d}, {d}) to match d={d}, got {arr.shape}")
+    return arr
+
+
+def as_generator(name, value):
+    """``value`` if it is a ``numpy.random.Generator``, else ``TypeError``."""
+    if not isinstance(value, np.random.Generator):
+        raise TypeError(f"{name} must be a numpy.random.Generator (np.random.default_rng(seed)), "
+                        f"got {type(value).__name__}")
+    return value
+
+
+def as_nonsingular(name, value, rcond=1e-13):
+    """Square matrices (..., d, d) whose condition numbers are below ``1/rcond``, else ValueError.
+
+    The error names the argument and gives the condition number, where numpy would raise a bare
+    ``LinAlgError("Singular matrix")`` or return round-off.
+    """
+    arr = as_square_batch(name, value)
+    scale = unit_scale(arr)
+    sv = np.linalg.svd(arr / scale, compute_uv=False)
+    smax, smin = sv[..., 0], sv[..., -1]
+    bad = ~(smin > rcond * smax)
+    if np.any(bad):
+        where = "" if arr.ndim == 2 else f" (first at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
+        cond = np.inf if not np.any(smin[bad]) else float((smax / np.where(smin > 0, smin, 1))[bad].max())
+        raise ValueError(f"{name} must be invertible, got a singular or numerically singular "
+                         f"matrix{where} (condition number {cond:.3g} > {1 / rcond:.0e})")
+    return arr
+
+
+def as_blowup_times(name, value, shape=None):
+    """Blow-up times: an array of numbers >= 0 or ``+inf`` (none); NaN and negatives raise ValueError."""
+    arr = _real_dtype_array(name, value)
+    if shape is not None and (arr.ndim != len(shape) or any(
+            s is not None and s != a for s, a in zip(shape, arr.shape))):
+        raise ValueError(f"{name} must have shape {_describe_shape(shape)}, got {arr.shape}")
+    if np.any(np.isnan(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must hold times >= 0 or inf (no blow-up); a NaN or negative "
+                         f"time is neither, got {arr[np.isnan(arr) | (arr < 0)][0]!r}")
+    return arr
+
+
+def checked_result(name, value, shape=None, allow_inf=False, part=None):
+    """Check what a reader's callable ``name`` returned: real, finite (``+-inf`` with ``allow_inf``),
+    of ``shape`` when given; errors name the callable (and ``part``, e.g. "M", of its result)
+    and say what was expected."""
+    what = "real numbers" if part is None else f"{part} as real numbers"
+    if value is None or isinstance(value, (str, bytes)) or callable(value):
+        raise TypeError(f"{name} must return {what}, got {type(value).__name__}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must return {what} ({exc})") from exc
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must return {what} (int or float), got dtype {arr.dtype}")
+    arr = arr.astype(float, copy=False)
+    if shape is not None and arr.shape != tuple(shape):
+        raise ValueError(f"{name} must return {'an array' if part is None else part} of shape "
+                         f"{tuple(shape)}, got {arr.shape}")
+    bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
+    if np.any(bad):
+        raise ValueError(f"{name} returned NaN{'' if allow_inf else ' or infinite'} values"
+                         + ("" if part is None else f" in {part}"))
+    return arr

@@ -34,7 +34,7 @@ def to_3d(S: ArrayLike) -> NDArray[np.float64]:
     -------
     ndarray, shape (..., 3)
     """
-    S = np.asarray(S, dtype=float)
+    S = as_float_array("S", S)
     if S.shape[-2:] != (2, 2):
         raise ValueError(f"S must have shape (..., 2, 2), got {S.shape}")
     a, b = S[..., 0, 0], S[..., 1, 1]
@@ -54,8 +54,8 @@ def from_3d(X: ArrayLike) -> NDArray[np.float64]:
     -------
     ndarray, shape (..., 2, 2)
     """
-    X = np.asarray(X, dtype=float)
-    if X.shape[-1] != 3:
+    X = as_float_array("X", X)
+    if X.shape[-1:] != (3,):
         raise ValueError(f"X must have shape (..., 3), got {X.shape}")
     u, w, v = X[..., 0], X[..., 1], X[..., 2]
     a, b, c = 0.5 * (u + v), 0.5 * (v - u), 0.5 * w

@@ -87,7 +87,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_at_least, as_count, as_positive
+from ._checks import as_at_least, as_count, as_finite, as_positive
 from .attention import Attention
 
 __all__ = ["StabilityBound", "support_radius", "lipschitz_constants", "stability_bound",
@@ -179,7 +179,7 @@ def lipschitz_constants(att: Attention, R: float, t: float = 0.0) -> tuple[float
     """
     _check_att(att)
     R = as_positive("R", R)
-    log_lx, log_lmu = _log_lipschitz(att, R, float(t))
+    log_lx, log_lmu = _log_lipschitz(att, R, as_finite("t", t))
     with np.errstate(over="ignore"):
         return float(np.exp(log_lx)), float(np.exp(log_lmu))
 

@@ -7,7 +7,17 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_float_array, as_positive
+from .._checks import (
+    as_blowup_times,
+    as_count,
+    as_covariance,
+    as_finite,
+    as_flag,
+    as_float_array,
+    as_nonsingular,
+    as_positive,
+    as_square_batch,
+)
 from ..attention import Softmax
 from ..gaussian import simulate_gaussian_batch
 
@@ -38,10 +48,9 @@ def numerical_rank(cov: ArrayLike, tol: float = 1e-1,
     -------
     ndarray of int, shape (...)
     """
-    cov = as_float_array("cov", cov)
-    if cov.ndim < 2 or cov.shape[-1] != cov.shape[-2]:
-        raise ValueError(f"cov must have shape (..., d, d), got {cov.shape}")
+    cov = as_square_batch("cov", cov)
     tol = as_positive("tol", tol)
+    relative = as_flag("relative", relative)
     lam = np.linalg.eigvalsh(0.5 * (cov + np.swapaxes(cov, -1, -2)))
     thr = tol * np.maximum(1.0, lam[..., -1:]) if relative else tol
     return np.sum(lam > thr, axis=-1)
@@ -72,9 +81,8 @@ def predicted_limit_rank(A: ArrayLike, tol: float = 1e-10) -> NDArray[np.int_]:
     ValueError
         If some :math:`A + A^\top` has a positive eigenvalue (then :math:`\Sigma` blows up).
     """
-    A = as_float_array("A", A)
-    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise ValueError(f"A must have shape (..., d, d), got {A.shape}")
+    A = as_square_batch("A", A)
+    tol = as_positive("tol", tol)
     lam = np.linalg.eigvalsh(A + np.swapaxes(A, -1, -2))
     scale = np.maximum(1.0, np.abs(lam).max(axis=-1, keepdims=True))
     if np.any(lam > tol * scale):
@@ -102,11 +110,8 @@ def lyapunov(cov: ArrayLike, V: ArrayLike) -> NDArray[np.float64]:
     -------
     ndarray, shape (...)
     """
-    cov = as_float_array("cov", cov)
-    V = as_float_array("V", V)
-    if cov.shape[-2:] != V.shape[-2:] or cov.shape[-1] != cov.shape[-2]:
-        raise ValueError(f"cov and V must be (..., d, d) with the same d, got {cov.shape}, "
-                         f"{V.shape}")
+    cov = as_square_batch("cov", cov)
+    V = as_nonsingular("V", as_square_batch("V", V, cov.shape[-1]))
     return np.trace(np.linalg.solve(V, cov), axis1=-2, axis2=-1)
 
 
@@ -132,14 +137,20 @@ def lyapunov_matrix(V: ArrayLike) -> NDArray[np.float64]:
     ValueError
         If some :math:`V` has a non-real or non-positive eigenvalue.
     """
-    V = as_float_array("V", V)
-    if V.ndim < 2 or V.shape[-1] != V.shape[-2]:
-        raise ValueError(f"V must have shape (..., d, d), got {V.shape}")
+    V = as_square_batch("V", V)
     lam, R = np.linalg.eig(V)
     scale = np.abs(lam).max(axis=-1, keepdims=True)
     if np.any(np.abs(lam.imag) > 1e-10 * scale) or np.any(lam.real <= 1e-12 * scale):
-        raise ValueError("V must be diagonalisable with real positive eigenvalues")
+        raise ValueError("V must be diagonalisable with real positive eigenvalues, got "
+                         f"eigenvalues {np.round(lam.reshape(-1, lam.shape[-1])[0], 6)} (first)")
     R = R.real
+    # a Jordan block (defective V) has (numerically) parallel eigenvectors: R singular, and
+    # R D R^T would be a singular "Lyapunov matrix"
+    cond = np.linalg.cond(R)
+    if np.any(~(cond < 1e8)):
+        raise ValueError(f"V must be diagonalisable with real positive eigenvalues: its "
+                         f"eigenvector matrix has condition number {np.max(cond):.3g} "
+                         "(a Jordan block, or nearly one)")
     return (R * lam.real[..., None, :]) @ np.swapaxes(R, -1, -2)
 
 
@@ -186,13 +197,24 @@ def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | 
         Numerical rank of the last valid covariance (``-1`` unless converging).
     """
     cov = as_float_array("cov", cov, ndim=4)
+    if cov.shape[-1] != cov.shape[-2]:
+        raise ValueError(f"cov must have shape (B, T, d, d), got {cov.shape}")
     B, T = cov.shape[:2]
-    tstar = np.asarray(blowup_time, dtype=float).reshape(-1)
-    if tstar.shape != (B,):
-        raise ValueError(f"blowup_time must have shape ({B},), got {np.shape(blowup_time)}")
-    valid = np.ones((B, T), bool) if valid is None else np.asarray(valid, bool)
-    if valid.shape != (B, T):
-        raise ValueError(f"valid must have shape ({B}, {T}), got {valid.shape}")
+    tstar = as_blowup_times("blowup_time", blowup_time, shape=(B,))
+    growth_factor = as_positive("growth_factor", growth_factor)
+    rank_tol = as_positive("rank_tol", rank_tol)
+    if valid is None:
+        valid = np.ones((B, T), bool)
+    else:
+        try:
+            valid = np.asarray(valid)
+        except ValueError as exc:
+            raise ValueError(f"valid must be a bool array of shape ({B}, {T}) ({exc})") from exc
+        if valid.dtype != bool:
+            raise TypeError(f"valid must be a bool array of shape ({B}, {T}), got dtype "
+                            f"{valid.dtype}")
+        if valid.shape != (B, T):
+            raise ValueError(f"valid must have shape ({B}, {T}), got {valid.shape}")
     last = np.maximum(T - 1 - np.argmax(valid[:, ::-1], axis=1), 0)
     final = cov[np.arange(B), last]
     tr0 = np.trace(cov[:, 0], axis1=-2, axis2=-1)
@@ -201,9 +223,17 @@ def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | 
     outcome[trT > growth_factor * tr0] = GROWS
     blows = np.isfinite(tstar)
     if status is not None:
-        status = np.asarray(status).reshape(-1)
+        try:
+            status = np.asarray(status)
+        except ValueError as exc:
+            raise ValueError(f"status must be an array of shape ({B},) of the solver's statuses "
+                             f"({exc})") from exc
         if status.shape != (B,):
             raise ValueError(f"status must have shape ({B},), got {status.shape}")
+        allowed = ("ok", "blowup", "growth_limit", "max_steps", "step_underflow")
+        if not all(isinstance(x, str) and x in allowed for x in status.tolist()):
+            raise ValueError(f"status must hold the solver's statuses {allowed}, got "
+                             f"{status.tolist()[:5]}")
         blows &= status == "blowup"
         outcome[(status == "growth_limit") & ~blows] = GROWS
     outcome[blows] = BLOWS_UP
@@ -282,7 +312,10 @@ def phase_diagram(a1: ArrayLike, a2: ArrayLike, V: ArrayLike, cov0: ArrayLike, t
     a1 = as_float_array("a1", a1, ndim=1)
     a2 = as_float_array("a2", a2, ndim=1)
     V = as_float_array("V", V, shape=(2, 2))
-    cov0 = as_float_array("cov0", cov0, shape=(2, 2))
+    cov0 = as_covariance("cov0", cov0, 2)
+    theta, skew = as_finite("theta", theta), as_finite("skew", skew)
+    horizon = as_positive("horizon", horizon)
+    n_times = as_count("n_times", n_times, 2)
     R = _rotation(theta)
     J = np.array([[0.0, -1.0], [1.0, 0.0]])
     g1, g2 = np.meshgrid(a1, a2)  # (n2, n1)

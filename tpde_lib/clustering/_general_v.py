@@ -7,7 +7,18 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_float_array, as_positive
+from .._checks import (
+    as_at_least,
+    as_choice,
+    as_count,
+    as_covariance,
+    as_float_array,
+    as_generator,
+    as_nonsingular,
+    as_positive,
+    as_seed,
+    as_square_batch,
+)
 from ..attention import Softmax
 from ..gaussian import simulate_gaussian, simulate_gaussian_batch
 from ..measures import Gaussian
@@ -44,15 +55,16 @@ def random_value_matrices(rng: np.random.Generator, n: int, d: int,
     -------
     ndarray, shape (n, d, d)
     """
+    as_generator("rng", rng)
+    n, d = as_count("n", n), as_count("d", d)
+    kind = as_choice("kind", kind, ("identity", "spd", "general"))
     if kind == "identity":
         return np.broadcast_to(np.eye(d), (n, d, d)).copy()
     if kind == "spd":
         B = rng.standard_normal((n, d, d))
         V = B @ np.swapaxes(B, -1, -2) / d + 0.1 * np.eye(d)
-    elif kind == "general":
-        V = rng.standard_normal((n, d, d))
     else:
-        raise ValueError(f"kind must be 'identity', 'spd' or 'general', got {kind!r}")
+        V = rng.standard_normal((n, d, d))
     return V / _spectral(V)[:, None, None]
 
 
@@ -73,7 +85,9 @@ def pairs_with_sign_condition(rng: np.random.Generator, V: ArrayLike) -> NDArray
     -------
     ndarray, shape (n, d, d)
     """
+    as_generator("rng", rng)
     V = as_float_array("V", V, ndim=3)
+    as_nonsingular("V", as_square_batch("V", V))
     n, d = V.shape[:2]
     G = rng.standard_normal((n, d, d))
     S = rng.standard_normal((n, d, d))
@@ -140,9 +154,11 @@ def blowup_survey(A: ArrayLike, V: ArrayLike, cov0: ArrayLike, horizon: float = 
         Growth cap of the second pass (a member whose trace exceeds ``max_growth`` times its
         initial trace without a Riccati signature ends with status ``"growth_limit"``).
     switch_growth : float
-        Growth at which a member leaves the batch for the stiff solver.
-    stiff_method : str
-        Method of ``scipy.integrate.solve_ivp`` for the second pass.
+        Growth at which a member leaves the batch for the stiff solver; members that end the
+        batch with status ``"max_steps"`` or ``"step_underflow"`` (stiff) are re-solved the
+        same way.
+    stiff_method : {"LSODA", "BDF", "Radau"}
+        Implicit method of ``scipy.integrate.solve_ivp`` for the second pass.
 
     Returns
     -------
@@ -157,14 +173,22 @@ def blowup_survey(A: ArrayLike, V: ArrayLike, cov0: ArrayLike, horizon: float = 
         cov0 = np.broadcast_to(cov0, A.shape)
     if cov0.shape != A.shape:
         raise ValueError(f"cov0 must have shape {A.shape[1:]} or {A.shape}, got {cov0.shape}")
+    for b in range(cov0.shape[0]):
+        as_covariance(f"cov0[{b}]", cov0[b])
     horizon = as_positive("horizon", horizon)
+    max_growth = as_at_least("max_growth", max_growth, 1.0, " (a growth factor)")
+    switch_growth = as_at_least("switch_growth", switch_growth, 1.0, " (a growth factor)")
+    stiff_method = as_choice("stiff_method", stiff_method, ("LSODA", "BDF", "Radau"))
     batch = simulate_gaussian_batch([Softmax(a, v) for a, v in zip(A, V)], cov0.copy(),
                                     np.array([0.0, horizon]), rtol=rtol, atol=atol,
                                     max_growth=min(switch_growth, max_growth))
     tstar = np.asarray(batch.blowup_time, float).copy()
     status = np.asarray(batch.status).astype(object)
     d = A.shape[1]
-    for b in np.flatnonzero(status == "growth_limit"):  # a loop over a few members, not tokens
+    # members the explicit batch could not finish: stopped at switch_growth, out of steps or
+    # with an underflowing step (stiff), re-solved one by one with the stiff method
+    redo = np.isin(status, ("growth_limit", "max_steps", "step_underflow"))
+    for b in np.flatnonzero(redo):  # a loop over a few members, not tokens
         tr = simulate_gaussian(Softmax(A[b], V[b]), Gaussian(np.zeros(d), cov0[b]),
                                [0.0, horizon], rtol=rtol, atol=atol, method=stiff_method,
                                max_growth=max_growth)
@@ -188,9 +212,11 @@ def ensemble_survey(V_kind: str, start: str = "identity", n: int = 200, d: int =
     -------
     BlowupSurvey
     """
-    if start not in ("identity", "random"):
-        raise ValueError(f"start must be 'identity' or 'random', got {start!r}")
-    rng = np.random.default_rng(seed)
+    V_kind = as_choice("V_kind", V_kind, ("identity", "spd", "general"))
+    start = as_choice("start", start, ("identity", "random"))
+    n, d = as_count("n", n), as_count("d", d)
+    horizon = as_positive("horizon", horizon)
+    rng = np.random.default_rng(as_seed("seed", seed))
     V = random_value_matrices(rng, n, d, V_kind)
     A = rng.standard_normal((n, d, d))
     A /= _spectral(A)[:, None, None]
@@ -255,7 +281,11 @@ def sign_condition_counterexamples(V_kind: str = "spd", d: int = 2, margin: floa
     -------
     Counterexamples
     """
-    rng = np.random.default_rng(seed)
+    V_kind = as_choice("V_kind", V_kind, ("identity", "spd", "general"))
+    d, n_candidates = as_count("d", d), as_count("n_candidates", n_candidates)
+    margin = as_at_least("margin", margin, 0.0)
+    horizon = as_positive("horizon", horizon)
+    rng = np.random.default_rng(as_seed("seed", seed))
     As, Vs, found = [], [], 0
     for _ in range(100):
         V = random_value_matrices(rng, 2 * n_candidates, d, V_kind)
@@ -294,9 +324,18 @@ def blowup_time_lower_bound(A: ArrayLike, V: ArrayLike, cov0: ArrayLike) -> NDAr
     -------
     ndarray, shape (...)
     """
-    A, V, cov0 = (as_float_array(n, x) for n, x in (("A", A), ("V", V), ("cov0", cov0)))
-    top = np.linalg.eigvalsh(cov0)[..., -1]
-    return 1.0 / (2.0 * _spectral(V) * _spectral(A) * top)
+    A = as_square_batch("A", A)
+    d = A.shape[-1]
+    V, cov0 = as_square_batch("V", V, d), as_square_batch("cov0", cov0, d)
+    lam = np.linalg.eigvalsh(0.5 * (cov0 + np.swapaxes(cov0, -1, -2)))
+    asym = np.abs(cov0 - np.swapaxes(cov0, -1, -2)).max()
+    big = np.abs(cov0).max()
+    if asym > 1e-8 * big or np.any(lam[..., 0] < -1e-8 * big):
+        raise ValueError(f"cov0 must hold symmetric positive semi-definite covariances (smallest "
+                         f"eigenvalue {lam[..., 0].min():.3g}, asymmetry {asym:.3g}): a bound "
+                         "from an indefinite matrix would be meaningless (negative)")
+    with np.errstate(divide="ignore", over="ignore"):  # inf where A, V or cov0 vanish
+        return 1.0 / (2.0 * _spectral(V) * _spectral(A) * np.maximum(lam[..., -1], 0.0))
 
 
 def congruence(A: ArrayLike, V: ArrayLike, P: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -317,6 +356,8 @@ def congruence(A: ArrayLike, V: ArrayLike, P: ArrayLike) -> tuple[NDArray[np.flo
     -------
     (ndarray, ndarray)
     """
-    A, V, P = (as_float_array(n, x) for n, x in (("A", A), ("V", V), ("P", P)))
+    A = as_square_batch("A", A)
+    d = A.shape[-1]
+    V, P = as_square_batch("V", V, d), as_nonsingular("P", as_square_batch("P", P, d))
     Pinv = np.linalg.inv(P)
     return np.swapaxes(Pinv, -1, -2) @ A @ Pinv, P @ V @ Pinv

@@ -13,7 +13,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_covariance, as_float_array, as_positive, as_square
+from .._checks import (
+    as_covariance,
+    as_float_array,
+    as_nonsingular,
+    as_positive,
+    as_square,
+    unit_scale,
+)
 from .._linalg import psd_sqrt, sym_fn
 from ..measures import Gaussian
 
@@ -23,18 +30,27 @@ __all__ = [
 ]
 
 
-def _phi(s):
-    r""":math:`\varphi(s) = 2/(1+\sqrt{1+4s})`, the root in (0, 1] of :math:`s\varphi^2+\varphi-1=0`."""
-    return 2.0 / (1.0 + np.sqrt(1.0 + 4.0 * np.clip(s, 0.0, None)))
+def _h_sv(sigma):
+    r"""Per-eigenvalue entropic self-transport value (ε = 1) from a singular value :math:`\sigma`.
 
-
-def _h(s):
-    r"""Per-eigenvalue entropic self-transport value :math:`h(s)` (ε = 1), :math:`h' = -\varphi/2`.
-
-    :math:`h(s) = -\tfrac12(\sqrt{1+4s}-1) + \tfrac12\log\tfrac{1+\sqrt{1+4s}}{2}`.
+    :math:`h(s) = -\tfrac12(r-1) + \tfrac12\log\tfrac{1+r}{2}` with :math:`s = \sigma^2`,
+    :math:`r = \sqrt{1+4s}` and :math:`h' = -\varphi/2`. Evaluated without forming :math:`s`
+    (no overflow for :math:`\sigma` up to the largest float) and with
+    :math:`r - 1 = 2\sigma\cdot 2\sigma/(1+r)` (no cancellation for small :math:`\sigma`).
     """
-    r = np.sqrt(1.0 + 4.0 * np.clip(s, 0.0, None))
-    return -0.5 * (r - 1.0) + 0.5 * np.log(0.5 * (1.0 + r))
+    r = np.hypot(1.0, 2.0 * sigma)
+    q = (2.0 * sigma) * (2.0 * sigma / (1.0 + r))
+    return -0.5 * q + 0.5 * np.log1p(0.5 * q)
+
+
+def _phi_times(c):
+    r""":math:`\lambda \mapsto c\,\varphi(c^2\lambda) = 2/(1/c + \sqrt{1/c^2 + 4\lambda})`, written with
+    ``hypot`` so that neither :math:`1/c^2` nor :math:`c^2\lambda` is formed (any scale ``c``)."""
+    inv_c = 1.0 / c
+
+    def phi(lam):
+        return 2.0 / (inv_c + np.hypot(inv_c, 2.0 * np.sqrt(np.clip(lam, 0.0, None))))
+    return phi
 
 
 def _mean_or_zero(mean, d):
@@ -82,10 +98,20 @@ def sinkhorn_energy_gaussian(cov: ArrayLike, A: ArrayLike, eps: float = 1.0,
     """
     S, A, eps = _gaussian_args(cov, A, eps)
     alpha = _mean_or_zero(mean, S.shape[0])
-    R = psd_sqrt(S)
+    # Sigma = c St (c a power of two); the singular values of Sigma^1/2 (A/eps) Sigma^1/2 are c
+    # times those of M = St^1/2 (A/eps) St^1/2, the top half of the eigenvalues of the
+    # symmetric [[0, M], [M^T, 0]] (no M M^T formed: no overflow, no squared round-off)
+    d = S.shape[0]
+    c = unit_scale(S)
+    R = psd_sqrt(S / c)
     M = R @ (A / eps) @ R
-    s = np.linalg.eigvalsh(M @ M.T)
-    return float(0.5 * eps * np.sum(_h(s)) - 0.5 * alpha @ A @ alpha)
+    s = np.linalg.eigvalsh(np.block([[np.zeros((d, d)), M], [M.T, np.zeros((d, d))]]))
+    with np.errstate(over="ignore"):
+        value = 0.5 * eps * np.sum(_h_sv(c * np.abs(s[d:]))) - 0.5 * alpha @ A @ alpha
+    if not np.isfinite(value):
+        raise FloatingPointError(f"sinkhorn_energy_gaussian = {value} exceeds the float range "
+                                 "(cov, A or mean too large)")
+    return float(value)
 
 
 def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
@@ -114,9 +140,13 @@ def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
     ndarray, shape (d, d), symmetric
     """
     S, A, eps = _gaussian_args(cov, A, eps)
-    R = psd_sqrt(S)
+    # Sigma = c St (c a power of two), R = St^1/2: Sigma^1/2 K Sigma^1/2 = R (c K) R with
+    # c K = c phi(c^2 M M^T) = _phi(M M^T) for M = R B R, every factor representable
+    c = unit_scale(S)
+    R = psd_sqrt(S / c)
     B = A / eps
     M = R @ B @ R
+    _phi = _phi_times(c)
     K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M.T @ M, _phi)
     grad = -0.25 * eps * (B.T @ R @ K @ R @ B + B @ R @ K2 @ R @ B.T)
     return 0.5 * (grad + grad.T)
@@ -242,9 +272,14 @@ def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[Arra
     if not isinstance(g, Gaussian):
         raise TypeError(f"g must be a Gaussian, got {type(g).__name__}")
     d = g.d
+    for k, u in ((1, u1), (2, u2)):
+        if not isinstance(u, tuple | list) or len(u) != 2:
+            raise TypeError(f"u{k} must be a pair (b (d,), M (d, d)) of an affine field, got "
+                            f"{type(u).__name__} {u!r:.40}")
     (b1, M1), (b2, M2) = [(as_float_array(f"u{k}[0]", u[0], shape=(d,)),
                            as_square(f"u{k}[1]", u[1], d)) for k, u in ((1, u1), (2, u2))]
-    Pinv = np.eye(d) if P is None else np.linalg.inv(as_covariance("P", P, d))
+    Pinv = np.eye(d) if P is None else np.linalg.inv(
+        as_nonsingular("P", as_covariance("P", P, d)))
     if P is not None and np.linalg.eigvalsh(Pinv)[0] <= 0:
         raise ValueError("P must be symmetric positive definite")
     alpha, Sigma = g.mean, g.cov
@@ -252,6 +287,7 @@ def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[Arra
         c, m, S = 1.0, alpha, Sigma
     else:
         A = as_square("A", A, d)
+        as_nonsingular("g.cov", Sigma)   # the weighted metric needs Sigma^-1
         prec = np.linalg.inv(Sigma) - A.T @ Sigma @ A
         if np.linalg.eigvalsh(0.5 * (prec + prec.T))[0] <= 0:
             raise ValueError("the weight Z_mu is not integrable: ||Sigma^1/2 A Sigma^1/2||_2 >= 1")

@@ -14,7 +14,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from .._checks import as_count, as_flag, as_float_array, as_positive, as_square
+from .._checks import (
+    as_count,
+    as_finite,
+    as_flag,
+    as_float_array,
+    as_nonsingular,
+    as_positive,
+    as_square,
+    unit_scale,
+)
 from ..attention import Attention
 from ..measures import Empirical, as_empirical
 
@@ -29,9 +38,22 @@ _BLOCK_ROWS = 1024
 # small helpers
 # --------------------------------------------------------------------------------------------
 
-def _logits(points, A):
-    """L_ij = <A x_i, x_j> = x_j^T A x_i for a block of rows, shape (n, n)."""
-    return (points @ A.T) @ points.T
+def _softmin(C, g, w, eps):
+    r"""Sinkhorn update :math:`f_i = -\varepsilon\log\sum_j w_j e^{(g_j - C_{ij})/\varepsilon}` in cost units.
+
+    The weighted row mean :math:`m_i = \sum_j w_j(g_j - C_{ij})` is taken out first, so that
+    :math:`f_i = -m_i - \varepsilon\log\sum_j w_j e^{y_{ij}}` with :math:`\sum_j w_jy_{ij} = 0`;
+    for small :math:`y` (large :math:`\varepsilon`) the log is ``log1p`` of a sum of ``expm1``,
+    so :math:`f` keeps its absolute accuracy :math:`\sim 10^{-16}|C|` at any
+    :math:`\varepsilon` (a log-sum-exp of :math:`(g - C)/\varepsilon` multiplied back by
+    :math:`\varepsilon` would lose :math:`10^{-16}\varepsilon`).
+    """
+    Z = g[None, :] - C
+    m = Z @ w
+    Y = (Z - m[:, None]) / eps
+    if np.abs(Y).max() <= 0.5:
+        return -(m + eps * np.log1p(np.expm1(Y) @ w))
+    return -(m + eps * logsumexp(Y + np.log(w)[None, :], axis=1))
 # --------------------------------------------------------------------------------------------
 # entropic self-transport (Sinkhorn) energy
 # --------------------------------------------------------------------------------------------
@@ -85,7 +107,7 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
     max_iter = as_count("max_iter", max_iter, 1)
     keep = mu.weights > 0
     X, w = mu.points[keep], mu.weights[keep]
-    C = -_logits(X, A)
+    C = -((X @ A.T) @ X.T)
     shift = C.min()
     with np.errstate(over="ignore", invalid="ignore"):
         finite = np.isfinite((C - shift) / eps).all()
@@ -101,9 +123,26 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
         raise RuntimeError(f"entropic self-transport did not converge: marginal violation "
                            f"{err:.3g} > tol={tol:g} after {max_iter} iterations "
                            f"(eps={eps:g} too small for these scores?)")
-    plan = np.asarray(plan)
-    pos = plan > 0
-    kl = float(np.sum(plan[pos] * np.log(plan[pos] / np.outer(w, w)[pos])))
+    # Potentials in cost units, polished by stable Sinkhorn updates (_softmin): then
+    # eps * log(plan / w w^T) = f_i + g_j - C_ij, so eps KL = sum plan (f + g - C) carries no
+    # round-off multiplied by eps and F = (<plan, C> + eps KL) / 2 is accurate at any eps.
+    # Start: POT's scalings, whose eps * log loses 1e-16 * eps (centred: POT splits the
+    # constant between u and v arbitrarily), unless osc(C) / eps < 1e-3, where each update
+    # contracts the error by tanh(osc(C) / 4 eps) < 3e-4 and the eps -> inf limit
+    # f_i = -sum_j w_j C_ij is closer.
+    Cs = C - shift
+    if np.ptp(Cs) < 1e-3 * eps:
+        f = -(Cs @ w)
+    else:
+        f = eps * (np.asarray(log["log_u"], float) - np.log(w))
+    f -= w @ f
+    g = _softmin(Cs.T, f, w, eps)
+    for _ in range(2):
+        f = _softmin(Cs, g, w, eps)
+        g = _softmin(Cs.T, f, w, eps)
+    log_ratio = (f[:, None] + g[None, :] - Cs) / eps          # log(plan / w w^T)
+    plan = np.outer(w, w) * np.exp(log_ratio)
+    kl = float(np.sum(plan * log_ratio))   # eps * kl: relative accuracy kept at any eps
     return 0.5 * (float(np.sum(plan * C)) + eps * kl)
 
 
@@ -113,13 +152,27 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
 
 def _block_lse(mu, A):
     """Row log-sum-exps LSE_j(L_ij + log w_j) for every token (blocked over rows), shape (n,)."""
+    # Scores L = a c^2 (Xt At Xt^T) with X = c Xt, A = a At (c, a powers of two: exact, and
+    # bitwise the unscaled product wherever that does not overflow): an intermediate A x_i
+    # beyond the float range no longer makes a representable score inf or NaN.
+    c, a = unit_scale(mu.points), unit_scale(A)
+    mu, A = mu.with_points(mu.points / c), A / a
     keep = mu.weights > 0
     keys, logw = mu.points[keep], np.log(mu.weights[keep])
     AX = mu.points @ A.T
     out = np.empty(mu.n)
-    for start in range(0, mu.n, _BLOCK_ROWS):
-        sl = slice(start, min(mu.n, start + _BLOCK_ROWS))
-        out[sl] = logsumexp(AX[sl] @ keys.T + logw[None, :], axis=1)
+    with np.errstate(over="ignore"):
+        for start in range(0, mu.n, _BLOCK_ROWS):
+            sl = slice(start, min(mu.n, start + _BLOCK_ROWS))
+            L = ((AX[sl] @ keys.T) * a) * c * c
+            if np.isposinf(L).any() or np.isnan(L).any():
+                raise FloatingPointError(
+                    "the scores <A x_i, x_j> exceed the float range (|A| |x|^2 > 1.8e308), so "
+                    "log Z and log E do too: rescale the tokens or A")
+            out[sl] = logsumexp(L + logw[None, :], axis=1)
+    if not np.isfinite(out).all():
+        raise FloatingPointError("log Z_mu(x_i) is below -1.8e308 (every score of some token "
+                                 "is -inf in float64): rescale the tokens or A")
     return out
 
 
@@ -132,11 +185,18 @@ def partition_function(mu: Empirical, A: ArrayLike, log: bool = False) -> NDArra
         Points (n, d), weights (n,).
     A : array_like, shape (d, d)
     log : bool, default False
-        Return :math:`\log Z` (never overflows).
+        Return :math:`\log Z`: finite wherever the scores :math:`\langle Ax_i, x_j\rangle`
+        are (computed from tokens and ``A`` rescaled by powers of two).
 
     Returns
     -------
     ndarray, shape (n,)
+
+    Raises
+    ------
+    FloatingPointError
+        :math:`Z` overflows (use ``log=True``), or the scores themselves exceed the float range
+        (then :math:`\log Z` does too).
     """
     as_empirical("mu", mu)
     A = as_square("A", A, mu.d)
@@ -163,7 +223,8 @@ def interaction_energy(mu: Empirical, A: ArrayLike, log: bool = False) -> float:
     mu : Empirical
     A : array_like, shape (d, d)
     log : bool, default False
-        Return :math:`\log E` instead (finite even when :math:`E` overflows float range).
+        Return :math:`\log E` instead: finite even when :math:`E` overflows the float range,
+        wherever the scores :math:`\langle Ax_i, x_j\rangle` are.
 
     Returns
     -------
@@ -172,7 +233,8 @@ def interaction_energy(mu: Empirical, A: ArrayLike, log: bool = False) -> float:
     Raises
     ------
     FloatingPointError
-        :math:`E` exceeds the float range (use ``log=True``).
+        :math:`E` exceeds the float range (use ``log=True``), or the scores themselves do
+        (then :math:`\log E` does too).
     """
     as_empirical("mu", mu)
     A = as_square("A", A, mu.d)
@@ -226,7 +288,7 @@ def mobility(att: Attention, t: float = 0.0) -> NDArray[np.float64]:
     if not isinstance(att, Attention):
         raise TypeError(f"att must be an Attention (e.g. tp.Softmax(A, V)), got "
                         f"{type(att).__name__}")
-    return att.mobility(t)
+    return att.mobility(as_finite("t", t))
 
 
 def dissipation(mu: Empirical, velocity: ArrayLike, mobility_matrix: ArrayLike | None = None,
@@ -258,7 +320,7 @@ def dissipation(mu: Empirical, velocity: ArrayLike, mobility_matrix: ArrayLike |
     if mobility_matrix is None:
         PiG = G
     else:
-        P = as_square("mobility_matrix", mobility_matrix, mu.d)
+        P = as_nonsingular("mobility_matrix", as_square("mobility_matrix", mobility_matrix, mu.d))
         PiG = np.linalg.solve(P, G.T).T
     rho = np.ones(mu.n) if factor is None else as_float_array("factor", factor, shape=(mu.n,))
     return float(np.sum(mu.weights * rho * np.sum(G * PiG, axis=1)))

@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_covariance, as_float_array, as_positive, as_square
+from .._checks import (
+    as_at_least,
+    as_count,
+    as_covariance,
+    as_finite,
+    as_float_array,
+    as_instance,
+    as_positive,
+    as_square,
+    checked_result,
+)
 from ..measures import Empirical, Gaussian, as_empirical
 from ..transport import bures_wasserstein_geodesic, twisted_bures_wasserstein_geodesic
 
@@ -59,7 +69,8 @@ def configuration_gradient(fun: Callable[[Empirical], float], mu: Empirical,
         e = np.zeros(X.size)
         e[k] = step
         e = e.reshape(X.shape)
-        grad[k] = (fun(mu.with_points(X + e)) - fun(mu.with_points(X - e))) / (2.0 * step)
+        grad[k] = (_value("fun", fun(mu.with_points(X + e)))
+                   - _value("fun", fun(mu.with_points(X - e)))) / (2.0 * step)
     return grad.reshape(X.shape)
 
 
@@ -95,12 +106,23 @@ def frobenius_gradient(fun: Callable[[NDArray[np.float64]], float], cov: ArrayLi
             E = np.zeros((d, d))
             E[i, j] += 0.5
             E[j, i] += 0.5
-            grad[i, j] = grad[j, i] = (fun(S + step * E) - fun(S - step * E)) / (2.0 * step)
+            grad[i, j] = grad[j, i] = (_value("fun", fun(S + step * E))
+                                       - _value("fun", fun(S - step * E))) / (2.0 * step)
     return grad
 
 
+def _attention_class():
+    from ..attention import Attention
+    return Attention
+
+
+def _value(name, value):
+    """A reader's callable returned ``value``: a real finite scalar, else an error naming it."""
+    return float(checked_result(name, value, shape=()))
+
+
 def energy_along_geodesic(energy: Callable[..., float], g0: Gaussian, g1: Gaussian, s: ArrayLike,
-                          P: ArrayLike | None = None) -> NDArray[np.float64]:
+                          P: ArrayLike | None = None, *, name: str = "energy") -> NDArray[np.float64]:
     r"""Energy :math:`\mathcal E(\mathcal N(\alpha_s,\Sigma_s))` along a (twisted) Bures–Wasserstein geodesic.
 
     Parameters
@@ -114,19 +136,21 @@ def energy_along_geodesic(energy: Callable[..., float], g0: Gaussian, g1: Gaussi
         Mobility of the twisted distance :math:`d_P`
         (:func:`~tpde_lib.transport.twisted_bures_wasserstein_geodesic`); default: plain
         :math:`W_2` (:func:`~tpde_lib.transport.bures_wasserstein_geodesic`).
+    name : str, default "energy"
+        How errors call ``energy`` (its result must be a real finite number).
 
     Returns
     -------
     ndarray, shape (k,)
     """
     if not callable(energy):
-        raise TypeError(f"energy must be a callable (mean, cov) -> float, got "
+        raise TypeError(f"{name} must be a callable (mean, cov) -> float, got "
                         f"{type(energy).__name__}")
     if P is None:
         means, covs = bures_wasserstein_geodesic(g0, g1, s)
     else:
         means, covs = twisted_bures_wasserstein_geodesic(g0, g1, P, s)
-    return np.array([float(energy(m, S)) for m, S in zip(means, covs)])
+    return np.array([_value(name, energy(m, S)) for m, S in zip(means, covs)])
 
 
 def second_differences(values: ArrayLike, s: ArrayLike) -> NDArray[np.float64]:
@@ -169,8 +193,10 @@ def velocity_jacobian(att: Attention, mu: Empirical, step: float = 1e-4,
     -------
     ndarray, shape (n d, n d)
     """
+    as_instance("att", att, _attention_class(), "an Attention (e.g. tp.Softmax(A, V))")
     as_empirical("mu", mu)
     step = as_positive("step", step)
+    t = as_finite("t", t)
     X = mu.points
     nd = X.size
     J = np.empty((nd, nd))
@@ -269,14 +295,28 @@ def search_geodesic_convexity(energies: Mapping[str, Callable[..., float]],
     ConvexitySearch
     """
     if not isinstance(energies, Mapping) or not energies:
-        raise TypeError("energies must be a non-empty mapping name -> callable(mean, cov)")
-    s = np.linspace(0.0, 1.0, int(n_points))
+        raise TypeError(f"energies must be a non-empty mapping name -> callable(mean, cov), got "
+                        f"{type(energies).__name__}")
+    for k, f in energies.items():
+        if not callable(f):
+            raise TypeError(f"energies[{k!r}] must be a callable (mean, cov) -> float, got "
+                            f"{type(f).__name__}")
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence) or not pairs:
+        raise TypeError(f"pairs must be a non-empty sequence of (Gaussian, Gaussian), got "
+                        f"{type(pairs).__name__}")
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, tuple | list) and len(pair) == 2
+                and all(isinstance(g, Gaussian) for g in pair)):
+            raise TypeError(f"pairs[{i}] must be a pair (Gaussian, Gaussian), got {pair!r:.60}")
+    n_points = as_count("n_points", n_points, 3)
+    threshold = as_at_least("threshold", threshold, 0.0)
+    s = np.linspace(0.0, 1.0, n_points)
     worst = {k: np.inf for k in energies}
     count = {k: 0 for k in energies}
     pairs = list(pairs)
     for g0, g1 in pairs:
         for k, f in energies.items():
-            vals = energy_along_geodesic(f, g0, g1, s, P)
+            vals = energy_along_geodesic(f, g0, g1, s, P, name=f"energies[{k!r}]")
             rel = float(np.min(second_differences(vals, s)) / np.abs(vals).max())
             worst[k] = min(worst[k], rel)
             count[k] += rel < -threshold

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_covariance, as_finite, as_float_array, as_positive, as_square
+from .._checks import as_at_least, as_covariance, as_finite, as_float_array, as_positive, as_square
 from .._linalg import psd_sqrt
 
 _ROUNDOFF = 1e-12  # relative level of round-off in eigenvalues
@@ -187,9 +187,7 @@ def scalar_closed_form(sigma0: ArrayLike, a: float, v: float,
     ValueError
         Negative ``sigma0``, or a time at or after the blow-up time.
     """
-    sigma0 = float(sigma0)
-    if not np.isfinite(sigma0) or sigma0 < 0:
-        raise ValueError(f"sigma0 must be a finite variance >= 0, got {sigma0!r}")
+    sigma0 = as_at_least("sigma0", sigma0, 0.0, " (a variance)")
     times = as_float_array("times", times, ndim=1)
     a, v = as_finite("a", a), as_finite("v", v)
     denom = 1.0 - 2.0 * v * a * sigma0 * times

@@ -63,6 +63,46 @@ def _sym_part2(X):
     return X + _t(X)
 
 
+def _kernel_args(d_from, **named):
+    """Check the arguments of a closure kernel; return them as arrays (float where real).
+
+    The kernels are the solvers' inner loop and run on ODE states, which may be non-finite at a
+    blow-up (the solvers detect it from them): this checks kind and shape only, cheaply. Every
+    argument must be real numeric (``TypeError`` naming it); matrices have shape (..., d, d)
+    and ``mean`` (..., d) with ``d`` the last axis of ``d_from`` (``ValueError`` naming it);
+    ``tau`` and ``eps`` must be positive.
+    """
+    out = {}
+    for name, value in named.items():
+        if value is None or isinstance(value, (str, bytes)) or callable(value):
+            raise TypeError(f"{name} must be an array of real numbers, got {type(value).__name__}")
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be a rectangular array of real numbers ({exc})") from exc
+        if arr.dtype.kind not in "iuf":
+            raise TypeError(f"{name} must be an array of real numbers (int or float), got dtype "
+                            f"{arr.dtype}")
+        out[name] = arr if arr.dtype.kind == "f" else arr.astype(float)
+    ref = out[d_from]
+    if ref.ndim < 2 or ref.shape[-1] != ref.shape[-2]:
+        raise ValueError(f"{d_from} must have shape (..., d, d), got {ref.shape}")
+    d = ref.shape[-1]
+    for name, arr in out.items():
+        if name in ("tau", "eps"):
+            if not np.all(np.isfinite(arr) & (arr > 0)):
+                raise ValueError(f"{name} must be finite and positive, got {arr!r:.60}")
+        elif name == "mean":
+            if arr.ndim < 1 or arr.shape[-1] != d:
+                raise ValueError(f"mean must have shape (..., {d}), got {arr.shape}")
+        elif name == "K" or name == "Q":
+            if arr.ndim < 2 or arr.shape[-1] != d:
+                raise ValueError(f"{name} must have shape (..., k, {d}), got {arr.shape}")
+        elif arr.ndim < 2 or arr.shape[-2:] != (d, d):
+            raise ValueError(f"{name} must have shape (..., {d}, {d}), got {arr.shape}")
+    return out.values()
+
+
 def softmax_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
                 cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of softmax attention (appendix "Derivations", :eq:`eq-softmax-ode`).
@@ -88,6 +128,7 @@ def softmax_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
     dmean : ndarray, shape (..., d)
     dcov : ndarray, shape (..., d, d), exactly symmetric
     """
+    A, V, mean, cov = _kernel_args("cov", A=A, V=V, mean=mean, cov=cov)
     SA = cov @ A
     dmean = _mv(V, mean + _mv(SA, mean))
     dcov = _sym_part2(V @ SA @ cov)
@@ -117,6 +158,13 @@ def multihead_rhs(As: Sequence[ArrayLike], Vs: Sequence[ArrayLike], mean: ArrayL
     dmean : ndarray, shape (..., d)
     dcov : ndarray, shape (..., d, d)
     """
+    for name, seq in (("As", As), ("Vs", Vs)):
+        if not isinstance(seq, (list, tuple, np.ndarray)):
+            raise TypeError(f"{name} must be a sequence of (d, d) arrays, one per head, got "
+                            f"{type(seq).__name__}")
+    if len(As) == len(Vs):
+        for h in range(len(As)):
+            _kernel_args("cov", cov=cov, **{f"As[{h}]": As[h], f"Vs[{h}]": Vs[h]})
     if len(As) != len(Vs) or len(As) == 0:
         raise ValueError(f"As and Vs must be non-empty and of equal length, got {len(As)} and "
                          f"{len(Vs)}")
@@ -165,6 +213,7 @@ def l2_rhs(Q: ArrayLike, K: ArrayLike, V: ArrayLike, tau: float, mean: ArrayLike
     dmean : ndarray, shape (..., d)
     dcov : ndarray, shape (..., d, d)
     """
+    Q, K, V, tau, mean, cov = _kernel_args("cov", Q=Q, K=K, V=V, tau=tau, mean=mean, cov=cov)
     c = (2.0 / np.asarray(tau, dtype=float))[..., None, None]
     Kt = _t(K)
     B = Kt @ K
@@ -209,6 +258,7 @@ def sinkhorn_gain(A: ArrayLike, cov: ArrayLike) -> NDArray[np.float64]:
     ndarray, shape (..., d, d)
         :math:`G\Sigma`.
     """
+    A, cov = _kernel_args("cov", A=A, cov=cov)
     S = psd_sqrt(cov)
     N = S @ A @ S
     nu, U = np.linalg.eigh(_t(N) @ N)
@@ -243,6 +293,7 @@ def sinkhorn_rhs(A: ArrayLike, V: ArrayLike, eps: float, mean: ArrayLike,
     dmean : ndarray, shape (..., d)
     dcov : ndarray, shape (..., d, d)
     """
+    A, V, eps, mean, cov = _kernel_args("cov", A=A, V=V, eps=eps, mean=mean, cov=cov)
     A_eps = A / np.asarray(eps, dtype=float)[..., None, None]
     dmean = _mv(V, mean)
     dcov = _sym_part2(V @ sinkhorn_gain(A_eps, cov))
@@ -272,6 +323,7 @@ def linear_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
     dmean : ndarray, shape (..., d)
     dcov : ndarray, shape (..., d, d)
     """
+    A, V, mean, cov = _kernel_args("cov", A=A, V=V, mean=mean, cov=cov)
     second_moment = cov + mean[..., :, None] * mean[..., None, :]
     M = V @ second_moment @ A
     dmean = _mv(M, mean)

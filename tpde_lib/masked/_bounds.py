@@ -12,7 +12,16 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_at_least, as_float_array, as_positive, as_sink_mass, as_square, as_times
+from .._checks import (
+    as_at_least,
+    as_count,
+    as_flag,
+    as_float_array,
+    as_positive,
+    as_sink_mass,
+    as_square,
+    as_times,
+)
 
 __all__ = ["prefix_average_matrix", "lp_operator_norm", "hardy_constant",
            "masked_lipschitz_constant", "masked_stability_constant", "linear_sink_response"]
@@ -80,14 +89,13 @@ def lp_operator_norm(E: ArrayLike, masses: ArrayLike, p: float) -> float:
     m = as_float_array("masses", masses, shape=(E.shape[0],))
     if np.any(m <= 0):
         raise ValueError("masses must be positive")
+    p = _as_p(p, (1.0, 2.0, np.inf))
     if p == 1:
         return float(np.max((m @ np.abs(E)) / m))
     if p == np.inf:
         return float(np.max(np.abs(E).sum(axis=1)))
-    if p == 2:
-        r = np.sqrt(m)
-        return float(np.linalg.norm(r[:, None] * E / r[None, :], 2))
-    raise ValueError(f"p must be 1, 2 or inf, got {p!r}")
+    r = np.sqrt(m)
+    return float(np.linalg.norm(r[:, None] * E / r[None, :], 2))
 
 
 def hardy_constant(masses: ArrayLike, p: float) -> float:
@@ -117,10 +125,31 @@ def hardy_constant(masses: ArrayLike, p: float) -> float:
     m = as_float_array("masses", masses, ndim=1)
     if m.size == 0 or np.any(m <= 0):
         raise ValueError("masses must be a non-empty array of positive numbers")
+    p = _as_p(p)
     if p == np.inf:
         return 1.0
-    p = as_at_least("p", p, 1.0)
     return float(np.sum(m / np.cumsum(m))) if p == 1.0 else p / (p - 1.0)
+
+
+def _as_p(p, choices=None):
+    """``p`` as a float: a real number >= 1 or inf (one of ``choices`` when given), not a bool."""
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"p must be a real number >= 1 or inf (an int or float), got "
+                        f"{type(p).__name__} {p!r:.40}")
+    p = float(p)
+    if choices is not None and p not in choices:
+        raise ValueError(f"p must be 1, 2 or inf, got {p!r}")
+    if not p >= 1.0:   # also NaN
+        raise ValueError(f"p must be a real number >= 1 or inf, got {p!r}")
+    return p
+
+
+def _finite_constant(name, value, log_value, hint=""):
+    """``value`` if finite, else FloatingPointError giving its logarithm (issue: silent inf)."""
+    if not np.all(np.isfinite(value)):
+        raise FloatingPointError(f"{name} exceeds the float range (its natural log is "
+                                 f"{np.max(log_value):.6g}){hint}")
+    return value
 
 
 # ---- explicit constants ----------------------------------------------------------------------
@@ -166,12 +195,17 @@ def masked_lipschitz_constant(A: ArrayLike, V: ArrayLike, R: float, sink_mass: f
     A = as_square("A", A)
     V = as_square("V", V, A.shape[0])
     R = as_positive("R", R)
-    L_mu = _softmax_constants(A, V, R)[1]
+    p = _as_p(p)
+    m = as_sink_mass(sink_mass, allow_zero=p == np.inf)
+    a, v = np.linalg.norm(A, 2), np.linalg.norm(V, 2)
+    log_value = (np.log(v) + np.log1p(2.0 * a * R ** 2) + 2.0 * a * R ** 2
+                 - (0.0 if p == np.inf else np.log(m) / p))
+    with np.errstate(over="ignore"):
+        L_mu = _softmax_constants(A, V, R)[1]
+        _finite_constant("the Lipschitz constant", L_mu if p == np.inf else L_mu / m ** (1.0 / p),
+                         log_value, " (R or A too large)")
     if p == np.inf:
-        as_sink_mass(sink_mass, allow_zero=True)
         return float(L_mu)
-    p = as_at_least("p", p, 1.0)
-    m = as_sink_mass(sink_mass)
     return float(L_mu / m ** (1.0 / p))
 
 
@@ -215,11 +249,20 @@ def masked_stability_constant(A: ArrayLike, V: ArrayLike, R0: float, times: Arra
     if t[0] < 0:
         raise ValueError(f"times must be >= 0, got {t[0]!r}")
     kappa = hardy_constant(masses, p)
-    R_t = R0 * np.exp(np.linalg.norm(V, 2) * t)
+    log = as_flag("log", log)
     with np.errstate(over="ignore", invalid="ignore"):
+        R_t = R0 * np.exp(np.linalg.norm(V, 2) * t)
         L_x, L_mu = _softmax_constants(A, V, R_t)
         log_C = np.where(t == 0, 0.0, t * (L_x + kappa * L_mu))
-        return log_C if log else np.exp(log_C)
+        if not np.all(np.isfinite(log_C)):
+            k = int(np.argmax(~np.isfinite(log_C)))
+            raise FloatingPointError(f"log C_p(t) exceeds the float range from times[{k}]="
+                                     f"{t[k]:g} on (the factor exp(2|A| R_t^2) with R_t = R0 "
+                                     "e^{|V| t}): shorten times")
+        if log:
+            return log_C
+        C = np.exp(log_C)
+    return _finite_constant("C_p(t)", C, log_C, ": use log=True")
 
 
 def linear_sink_response(t: float, sink_mass: float, n_terms: int = 120) -> float:
@@ -243,7 +286,13 @@ def linear_sink_response(t: float, sink_mass: float, n_terms: int = 120) -> floa
     sink_mass : float
         :math:`a \in (0, 1)`.
     n_terms : int, default 120
-        Terms of the outer sum; the tail is below round-off for :math:`t, \ell \le 20`.
+        Terms of the outer sum; the tail is below round-off for :math:`t, \ell \le 20`
+        (``ValueError`` when the last term kept is not below :math:`10^{-16}` of the sum).
+
+    Raises
+    ------
+    FloatingPointError
+        The response exceeds the float range (large ``t``).
 
     Returns
     -------
@@ -251,7 +300,22 @@ def linear_sink_response(t: float, sink_mass: float, n_terms: int = 120) -> floa
     """
     t = as_at_least("t", t, 0.0)
     ell = np.log(1.0 / as_sink_mass(sink_mass))
-    k = np.arange(int(n_terms))
+    n_terms = as_count("n_terms", n_terms, 1)
+    if t == 0:
+        return 1.0
+    k = np.arange(n_terms)
     log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, k.size)))])
     truncated_exp = np.cumsum(np.exp(k * np.log(ell) - log_fact)) if ell > 0 else np.ones(k.size)
-    return float(np.sum(np.exp(k * np.log(t) - log_fact) * truncated_exp)) if t > 0 else 1.0
+    with np.errstate(over="ignore"):
+        terms = np.exp(k * np.log(t) - log_fact) * truncated_exp
+        value = np.sum(terms)
+    if not np.isfinite(value):
+        raise FloatingPointError(f"linear_sink_response exceeds the float range at t={t:g} "
+                                 f"(it grows like e^t)")
+    # the terms decrease once n > t + ell; the omitted tail is below the last term times
+    # (1 + ...) ~ e^t / (n-1)!, so a last term above 1e-16 of the sum means n_terms is too small
+    if n_terms < t + ell + 2 or terms[-1] > 1e-16 * value:
+        raise ValueError(f"n_terms={n_terms} is too small for t={t:g}, ln(1/sink_mass)="
+                         f"{ell:.3g}: the last term is {terms[-1] / value:.2g} of the sum "
+                         "(raise n_terms)")
+    return float(value)

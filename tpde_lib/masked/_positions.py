@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_count, as_float_array, as_sink_mass, as_square
+from .._checks import as_count, as_finite, as_float_array, as_sink_mass, as_square
 from ..attention import kernel_sums
 from ..measures import Empirical
 
@@ -155,7 +155,7 @@ def shift_prefix(mu: Empirical, shift: float, s_max: float = 0.0) -> Empirical:
     s = _positions_of(mu)
     v = as_float_array("shift", shift, shape=(mu.d,))
     X = mu.points.copy()
-    X[s <= float(s_max)] += v
+    X[s <= as_finite("s_max", s_max)] += v
     return mu.with_points(X)
 
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import as_count, as_float_array, as_positive, as_times
+from .._checks import as_at_least, as_count, as_flag, as_float_array, as_positive, as_times
 from ..meanfield import fit_rate
-from ..measures import Empirical
+from ..measures import Empirical, as_empirical
 from ..particles import simulate
 from ..transport import fibre_distances
 from ._positions import shift_prefix, with_sink
@@ -54,6 +54,20 @@ class Sensitivity:
     p: object
     sup_distance: np.ndarray = None
     sup_ratio: np.ndarray = None
+
+
+def _as_ps(p):
+    """``p`` (a real >= 1 or inf, or a non-empty sequence of them) as a tuple of floats."""
+    items = list(p) if isinstance(p, (list, tuple, np.ndarray)) else [p]
+    if not items:
+        raise ValueError("p must be a number >= 1 (or inf) or a non-empty sequence of them")
+    out = []
+    for x in items:
+        if isinstance(x, float | np.floating) and x == np.inf:
+            out.append(np.inf)
+        else:
+            out.append(as_at_least("p", x, 1.0, " (or inf), or a sequence of them"))
+    return tuple(out)
 
 
 def _both_distances(mu, nu, ps):
@@ -105,7 +119,10 @@ def sensitivity(att: Attention, mu: Empirical, nu: Empirical, T: float,
         Positions missing or marginals differ; identical initial measures (ratio undefined);
         times not starting at 0.
     """
-    if np.ndim(T) == 0:
+    ps = _as_ps(p)
+    sup = as_flag("sup", sup)
+    if isinstance(T, (int, float, np.integer, np.floating)) or (
+            isinstance(T, np.ndarray) and T.ndim == 0):
         T = as_positive("T", T)
         n_times = as_count("n_times", n_times, 2)
         times = np.linspace(0.0, T, int(n_times))
@@ -113,7 +130,6 @@ def sensitivity(att: Attention, mu: Empirical, nu: Empirical, T: float,
         times = as_times("T", T)
         if times[0] != 0:
             raise ValueError(f"the output times T must start at 0, got {times[0]!r}")
-    ps = tuple(np.atleast_1d(np.asarray(p, dtype=float)).tolist())
     cond0, sup0 = _both_distances(mu, nu, ps)
     if min(cond0) <= 0:
         raise ValueError("mu and nu must differ (W_p^cond(mu, nu) = 0: the ratio is undefined)")
@@ -176,6 +192,10 @@ def sink_mass_sweep(att: Attention, points: ArrayLike, sink_masses: ArrayLike, s
         of the supremum over fibres).
     """
     masses = as_float_array("sink_masses", sink_masses, ndim=1)
+    _as_ps(p)
+    sup = as_flag("sup", sup)
+    T = as_positive("T", T)
+    n_sink = as_count("n_sink", n_sink)
     out = []
     for m in masses:   # one pair of simulations per mass (the tokens are vectorised inside)
         mu = with_sink(points, m, n_sink)
@@ -214,7 +234,9 @@ def prefix_sweep(att: Attention, mu: Empirical, s_max_values: ArrayLike, shift: 
     """
     s_max = as_float_array("s_max_values", s_max_values, ndim=1)
     T = as_positive("T", T)
-    ps = tuple(np.atleast_1d(np.asarray(p, dtype=float)).tolist())
+    ps = _as_ps(p)
+    sup = as_flag("sup", sup)
+    as_empirical("mu", mu)
     end_mu = simulate(att, mu, [0.0, T], method=method, h=h).measure(1)
     out = []
     for value in s_max:

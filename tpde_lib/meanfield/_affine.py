@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.integrate import solve_ivp
 
-from .._checks import as_float_array, as_positive, as_times
+from .._checks import as_float_array, as_positive, as_times, checked_result
 from ..measures import Gaussian
 
 __all__ = ["AffineFlow", "gaussian_affine_flow"]
@@ -106,17 +106,26 @@ def gaussian_affine_flow(affine: Callable[..., Any], g0: Gaussian, times: ArrayL
     times = as_times("times", times)
     rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
     d = g0.d
-    M0, b0 = affine(g0.mean, g0.cov, float(times[0]))
-    as_float_array("M returned by affine", M0, shape=(d, d))
-    as_float_array("b returned by affine", b0, shape=(d,))
+    def call(mean, cov, t):
+        """``affine``'s (M, b), checked: a pair, real, shapes (d, d) and (d,)."""
+        out = affine(mean, cov, t)
+        if not isinstance(out, tuple | list) or len(out) != 2:
+            raise TypeError(f"affine must return a pair (M (d, d), b (d,)), got "
+                            f"{type(out).__name__} {out!r:.60}")
+        M, b = (checked_result("affine", v, shape=s, allow_inf=True, part=k)
+                for k, v, s in (("M", out[0], (d, d)), ("b", out[1], (d,))))
+        return M, b
+
+    M0, b0 = call(g0.mean, g0.cov, float(times[0]))
+    as_float_array("M returned by affine", M0)   # finite at the start
+    as_float_array("b returned by affine", b0)
     sizes = np.cumsum([d * d, d, d, d * d])
 
     def rhs(t, y):
         Phi, c, mean, cov = np.split(y, sizes[:-1])
         Phi, cov = Phi.reshape(d, d), cov.reshape(d, d)
         cov = 0.5 * (cov + cov.T)
-        M, b = affine(mean, cov, t)
-        M, b = np.asarray(M, dtype=float), np.asarray(b, dtype=float)
+        M, b = call(mean, cov, t)
         dcov = M @ cov
         return np.concatenate([(M @ Phi).ravel(), M @ c + b, M @ mean + b, (dcov + dcov.T).ravel()])
 

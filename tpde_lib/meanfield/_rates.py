@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import as_float_array
+from .._checks import as_finite, as_float_array
 from ..measures import Empirical
 
 __all__ = ["coupling_distance", "moment_errors", "RateFit", "fit_rate"]
@@ -160,7 +160,7 @@ def fit_rate(x: ArrayLike, y: ArrayLike, level: float = 0.95) -> RateFit:
         raise ValueError("x and y must be positive (they are fitted in log-log coordinates)")
     if np.unique(x).size < 2:
         raise ValueError("x must hold at least two distinct values")
-    level = float(level)
+    level = as_finite("level", level)
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     u = np.repeat(np.log(x), y.shape[1])

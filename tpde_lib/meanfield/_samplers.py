@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from .._checks import as_positive
+from .._checks import as_positive, as_rng
 
 __all__ = ["uniform_disk", "sunflower"]
 
@@ -50,7 +50,7 @@ def uniform_disk(n: int, radius: float = 1.0, seed: int = 0) -> NDArray[np.float
     """
     n = _count("n", n)
     radius = as_positive("radius", radius)
-    rng = np.random.default_rng(seed)
+    rng = as_rng("seed", seed)
     r = radius * np.sqrt(rng.uniform(size=n))
     theta = rng.uniform(0.0, 2.0 * np.pi, n)
     return np.column_stack([r * np.cos(theta), r * np.sin(theta)])

@@ -80,6 +80,9 @@ def step_order(att: Attention, mu0: Empirical, steps: ArrayLike, T: float = 1.0,
     """
     steps = as_float_array("steps", steps, ndim=1)
     T = as_positive("T", T)
+    reference_rtol = as_positive("reference_rtol", reference_rtol)
+    if reference_h is not None:
+        reference_h = as_positive("reference_h", reference_h)
     if method not in ("euler", "rk4"):
         raise ValueError(f"method must be 'euler' or 'rk4', got {method!r}")
     if norm not in ("rms", "max"):

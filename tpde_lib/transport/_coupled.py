@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import as_float_array
 from ..measures import Empirical
 
 __all__ = ["coupled_wasserstein", "position_quantile_pieces"]
@@ -62,6 +63,12 @@ def position_quantile_pieces(w_mu, w_nu):
     i, j : ndarray of int, shape (K,)
         The token of each measure on that piece.
     """
+    w_mu = as_float_array("w_mu", w_mu, ndim=1)
+    w_nu = as_float_array("w_nu", w_nu, ndim=1)
+    for name, w in (("w_mu", w_mu), ("w_nu", w_nu)):
+        if np.any(w < 0) or abs(w.sum() - 1.0) > 1e-9:
+            raise ValueError(f"{name} must hold non-negative masses summing to 1, got sum "
+                             f"{w.sum()!r}")
     F_mu, F_nu = np.cumsum(w_mu), np.cumsum(w_nu)
     cuts = np.unique(np.concatenate([[0.0], F_mu[:-1], F_nu[:-1], [1.0]]))
     # cumulative sums of equal masses differ by rounding (0.2 vs 0.2 + 4e-17): one cut, not a
@@ -114,6 +121,9 @@ def coupled_wasserstein(mu, nu, p=2.0):
     if x_mu.shape[1] != x_nu.shape[1]:
         raise ValueError(f"mu and nu must have the same dimension, got {x_mu.shape[1]} and "
                          f"{x_nu.shape[1]}")
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"p must be a real number >= 1 or np.inf, got {type(p).__name__} "
+                        f"{p!r:.40}")
     p = float(p)
     if not p >= 1.0:
         raise ValueError(f"p must be >= 1 (or np.inf), got {p!r}")

@@ -53,8 +53,9 @@ def _load_map(root, name):
             if field not in c:
                 raise ExtensionError(f"{name}: claim {c.get('id', '?')} has no {field!r}")
         if c["status"] not in MAP_STATUSES:
-            raise ExtensionError(f"{name}: claim {c['id']} has status {c['status']!r}, expected "
-                                 f"one of {sorted(MAP_STATUSES)}")
+            raise ExtensionError(
+                f"{name}: claim {c['id']} has status {c['status']!r}, expected one of {sorted(MAP_STATUSES)}"
+            )
     return claims
 
 
@@ -65,7 +66,7 @@ def _passed(app):
     out = {}
     folder = Path(app.outdir).parent / "jupyter_execute"
     for docname, data in NbMetadataCollector.get_doc_data(app.env).items():
-        keys = [k[len(KEY_PREFIX):] for k in data.get("glue", []) if k.startswith(KEY_PREFIX)]
+        keys = [k[len(KEY_PREFIX) :] for k in data.get("glue", []) if k.startswith(KEY_PREFIX)]
         if not keys:
             continue
         glue_file = folder.joinpath(*docname.split("/")).with_suffix(".glue.json")
@@ -113,10 +114,23 @@ def _table(header, rows, widths):
 
 
 #: TeX in headings, shown as plain text in the tables' links
-_TEX = [("\\top", "ᵀ"), ("\\left", ""), ("\\right", ""), ("\\ell", "ℓ"), ("^2", "²"),
-        ("\\mu", "μ"), ("\\Sigma", "Σ"), ("\\alpha", "α"),
-        ("\\Gamma", "Γ"), ("\\to", "→"), ("\\infty", "∞"), ("\\le", "≤"), ("\\{", "{"),
-        ("\\}", "}"), ("$", "")]
+_TEX = [
+    ("\\top", "ᵀ"),
+    ("\\left", ""),
+    ("\\right", ""),
+    ("\\ell", "ℓ"),
+    ("^2", "²"),
+    ("\\mu", "μ"),
+    ("\\Sigma", "Σ"),
+    ("\\alpha", "α"),
+    ("\\Gamma", "Γ"),
+    ("\\to", "→"),
+    ("\\infty", "∞"),
+    ("\\le", "≤"),
+    ("\\{", "{"),
+    ("\\}", "}"),
+    ("$", ""),
+]
 
 
 def _plain(text):
@@ -131,8 +145,9 @@ def _section_id(app, check):
     slugs = app.env.metadata.get(check["chapter"], {}).get("myst_slugs", {})
     entry = slugs.get(check["anchor"])
     if entry is None:
-        raise ExtensionError(f"claims ledger: no section {check['anchor']!r} in "
-                             f"{check['chapter']} (check {check['key']!r})")
+        raise ExtensionError(
+            f"claims ledger: no section {check['anchor']!r} in {check['chapter']} (check {check['key']!r})"
+        )
     return entry[1]
 
 
@@ -156,8 +171,10 @@ def _fill(app, doctree, docname):
     by_key = {}
     for c in checks:
         if c["key"] in by_key:
-            raise ExtensionError(f"claims ledger: check key {c['key']!r} is used twice "
-                                 f"({by_key[c['key']]['chapter']} and {c['chapter']})")
+            raise ExtensionError(
+                f"claims ledger: check key {c['key']!r} is used twice "
+                f"({by_key[c['key']]['chapter']} and {c['chapter']})"
+            )
         by_key[c["key"]] = c
     passed = _passed(app)
     claims = _load_map(root, app.config.claims_map)
@@ -167,14 +184,18 @@ def _fill(app, doctree, docname):
         keys = cl.get("checks", []) or []
         for k in keys:
             if k not in by_key:
-                raise ExtensionError(f"{app.config.claims_map}: claim {cl['id']} names the check "
-                                     f"{k!r}, which no chapter records")
+                raise ExtensionError(
+                    f"{app.config.claims_map}: claim {cl['id']} names the check "
+                    f"{k!r}, which no chapter records"
+                )
         mapped.update(keys)
         tests = [by_key[k] for k in keys if _kind(by_key[k]) == "test"]
         cons = [by_key[k] for k in keys if _kind(by_key[k]) == "consistency"]
         if cl["status"] != "not-checkable" and not tests:
-            raise ExtensionError(f"{app.config.claims_map}: claim {cl['id']} has status "
-                                 f"{cl['status']!r} but no check of kind 'test'")
+            raise ExtensionError(
+                f"{app.config.claims_map}: claim {cl['id']} has status "
+                f"{cl['status']!r} but no check of kind 'test'"
+            )
         where = [_link(app, docname, by_key[k]) for k in keys[:1]] if keys else []
         if not where and cl.get("where"):
             where = [nodes.Text(cl["where"])]
@@ -187,26 +208,42 @@ def _fill(app, doctree, docname):
         status = MAP_STATUSES[cl["status"]]
         note = cl.get("note")
         status_cell = [_para(status)] + ([_para(note)] if note else [])
-        rows.append([_para(nodes.strong(text=cl["id"]), " " + cl["claim"]), [_para(w) for w in where]
-                     or _para("—"), status_cell, check_items or _para("—")])
+        rows.append(
+            [
+                _para(nodes.strong(text=cl["id"]), " " + cl["claim"]),
+                [_para(w) for w in where] or _para("—"),
+                status_cell,
+                check_items or _para("—"),
+            ]
+        )
     n_tests = sum(1 for c in checks if _kind(c) == "test")
     n_pass = sum(1 for c in checks if c["key"] in passed)
-    summary = _para(f"{len(claims)} claims of the paper; {len(checks)} checks in the chapters "
-                    f"({n_tests} tests, {len(checks) - n_tests} consistency checks), "
-                    f"{n_pass} passed in this build.")
-    claims_table = _table(["claim of the paper", "where", "status", "checks"], rows,
-                          [38, 18, 20, 24])
+    summary = _para(
+        f"{len(claims)} claims of the paper; {len(checks)} checks in the chapters "
+        f"({n_tests} tests, {len(checks) - n_tests} consistency checks), "
+        f"{n_pass} passed in this build."
+    )
+    claims_table = _table(["claim of the paper", "where", "status", "checks"], rows, [38, 18, 20, 24])
     own = []
     for c in checks:
         ok = c["key"] in passed
         value = passed.get(c["key"], {}).get("value")
-        mark = ("✔ passed" + (f" ({value})" if value not in (None, "None") else "")) if ok \
+        mark = (
+            ("✔ passed" + (f" ({value})" if value not in (None, "None") else ""))
+            if ok
             else "✘ not run in this build"
+        )
         kind = KINDS[_kind(c)] if _kind(c) in KINDS else _kind(c)
-        own.append([_para(c["statement"]), _para(STATUSES.get(c["status"], c["status"])),
-                    _para(kind), _para(_link(app, docname, c)), _para(mark)])
-    own_table = _table(["check", "status", "kind", "where", "in this build"], own,
-                       [40, 15, 10, 20, 15])
+        own.append(
+            [
+                _para(c["statement"]),
+                _para(STATUSES.get(c["status"], c["status"])),
+                _para(kind),
+                _para(_link(app, docname, c)),
+                _para(mark),
+            ]
+        )
+    own_table = _table(["check", "status", "kind", "where", "in this build"], own, [40, 15, 10, 20, 15])
     unmapped = len([c for c in checks if c["key"] not in mapped])
     for ph in placeholders:
         section_1 = nodes.section(ids=["the-papers-claims"])
@@ -215,9 +252,11 @@ def _fill(app, doctree, docname):
         section_1 += claims_table.deepcopy()
         section_2 = nodes.section(ids=["every-check-of-the-book"])
         section_2 += nodes.title(text="Every check of the book")
-        section_2 += _para(f"All {len(checks)} checks, in book order; {unmapped} of them are the "
-                           "book's own results (derived or observed) rather than checks of a "
-                           "numbered claim.")
+        section_2 += _para(
+            f"All {len(checks)} checks, in book order; {unmapped} of them are the "
+            "book's own results (derived or observed) rather than checks of a "
+            "numbered claim."
+        )
         section_2 += own_table.deepcopy()
         ph.replace_self([section_1, section_2])
 

@@ -28,8 +28,9 @@ NOTEBOOKS_BRANCH = "notebooks"
 
 def _git(srcdir, *args):
     try:
-        out = subprocess.run(["git", "-C", str(srcdir), *args], capture_output=True, text=True,
-                             timeout=20, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(srcdir), *args], capture_output=True, text=True, timeout=20, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip()
@@ -57,35 +58,37 @@ def setup_source(repo_url, ref, version):
     base = f"git+{repo_url.rstrip('/')}@{ref}"
     lib = f"tpde_lib[widgets] @ {base}"
     book = f"tpde_book @ {base}#subdirectory=_ext"
-    return "\n".join([
-        "# Set-up (added to the downloaded notebook). This page was built by tpde_lib",
-        f"# {version} from {repo_url} at {ref}; this cell installs exactly that version",
-        "# (tpde_lib and the book's tpde_book) unless it is already installed, as it is in the",
-        "# repository's environment (its README) and on Binder. The live panels need a running",
-        "# kernel; the static twin below each panel plays without one.",
-        "import importlib",
-        "from importlib.metadata import PackageNotFoundError, version",
-        "",
-        f'PAGE_VERSION = "{version}"',
-        "try:",
-        "    installed = version(\"tpde_lib\"), version(\"tpde_book\")",
-        "except PackageNotFoundError:",
-        "    installed = None",
-        "if installed != (PAGE_VERSION, PAGE_VERSION):",
-        f'    %pip install --quiet "{lib}" "{book}"',
-        "    importlib.invalidate_caches()",
-        "try:",
-        "    import tpde_book  # noqa: F401",
-        "    import tpde_lib",
-        "except ImportError as exc:",
-        "    raise RuntimeError(",
-        "        \"tpde_lib could not be installed (see pip's message above). Install it by hand \"",
-        f"        'with: pip install \"{lib}\" \"{book}\"'",
-        "    ) from exc",
-        "if tpde_lib.__version__ != PAGE_VERSION:",
-        "    print(f\"Note: tpde_lib {tpde_lib.__version__} is imported; this page was built with \"",
-        "          f\"{PAGE_VERSION} (restart the kernel if pip has just replaced it).\")",
-    ])
+    return "\n".join(
+        [
+            "# Set-up (added to the downloaded notebook). This page was built by tpde_lib",
+            f"# {version} from {repo_url} at {ref}; this cell installs exactly that version",
+            "# (tpde_lib and the book's tpde_book) unless it is already installed, as it is in the",
+            "# repository's environment (its README) and on Binder. The live panels need a running",
+            "# kernel; the static twin below each panel plays without one.",
+            "import importlib",
+            "from importlib.metadata import PackageNotFoundError, version",
+            "",
+            f'PAGE_VERSION = "{version}"',
+            "try:",
+            '    installed = version("tpde_lib"), version("tpde_book")',
+            "except PackageNotFoundError:",
+            "    installed = None",
+            "if installed != (PAGE_VERSION, PAGE_VERSION):",
+            f'    %pip install --quiet "{lib}" "{book}"',
+            "    importlib.invalidate_caches()",
+            "try:",
+            "    import tpde_book  # noqa: F401",
+            "    import tpde_lib",
+            "except ImportError as exc:",
+            "    raise RuntimeError(",
+            '        "tpde_lib could not be installed (see pip\'s message above). Install it by hand "',
+            f'        \'with: pip install "{lib}" "{book}"\'',
+            "    ) from exc",
+            "if tpde_lib.__version__ != PAGE_VERSION:",
+            '    print(f"Note: tpde_lib {tpde_lib.__version__} is imported; this page was built with "',
+            '          f"{PAGE_VERSION} (restart the kernel if pip has just replaced it).")',
+        ]
+    )
 
 
 def add_setup_cell(nb, source):
@@ -115,11 +118,15 @@ def add_colab_button(app, pagename, templatename, context, doctree):
         return
     for group in context.get("header_buttons", []):
         if group.get("label") == "launch-buttons":
-            group["buttons"].append({
-                "type": "link", "text": "Colab", "url": url,
-                "tooltip": "Open the executed notebook in Colab",
-                "icon": "_static/images/logo_colab.png",
-            })
+            group["buttons"].append(
+                {
+                    "type": "link",
+                    "text": "Colab",
+                    "url": url,
+                    "tooltip": "Open the executed notebook in Colab",
+                    "icon": "_static/images/logo_colab.png",
+                }
+            )
             return
 
 

@@ -34,8 +34,13 @@ def _fetch(cache):
     cache.mkdir(parents=True, exist_ok=True)
     for name, spec in PACKAGES.items():
         try:
-            out = subprocess.run([npm, "pack", spec, "--pack-destination", str(cache), "--silent"],
-                                 check=True, capture_output=True, text=True, timeout=300)
+            out = subprocess.run(
+                [npm, "pack", spec, "--pack-destination", str(cache), "--silent"],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
         except (subprocess.SubprocessError, OSError) as exc:
             logger.info(f"offline_widgets: npm pack {spec} failed ({exc}); using CDNs")
             return False
@@ -65,8 +70,7 @@ def copy_assets(app, exception):
     site = Path(app.outdir) / "_static" / SITE_DIR  # Sphinx resolves relative JS under _static
     site.mkdir(parents=True, exist_ok=True)
     shutil.copy2(cache / "requirejs" / "package" / "require.js", site / "require.min.js")
-    shutil.copytree(cache / "html-manager" / "package" / "dist", site / "html-manager",
-                    dirs_exist_ok=True)
+    shutil.copytree(cache / "html-manager" / "package" / "dist", site / "html-manager", dirs_exist_ok=True)
 
 
 def setup(app):

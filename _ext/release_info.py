@@ -18,8 +18,7 @@ def pages_url(repo_url: str) -> str:
     """GitHub Pages' address of the repository ``https://github.com/<org>/<repo>``."""
     parts = repo_url.rstrip("/").split("/")
     if len(parts) != 5 or parts[:3] != ["https:", "", "github.com"]:
-        raise ValueError(
-            f"repository.url: expected https://github.com/<org>/<repo>, got {repo_url!r}")
+        raise ValueError(f"repository.url: expected https://github.com/<org>/<repo>, got {repo_url!r}")
     return f"https://{parts[3].lower()}.github.io/{parts[4]}/"
 
 
@@ -27,8 +26,11 @@ def facts(repo_url: str) -> dict[str, str]:
     """The values of the placeholders for a book whose repository is ``repo_url``."""
     import tpde_lib
 
-    return {"version": tpde_lib.__version__, "repository": repo_url.rstrip("/"),
-            "book_url": pages_url(repo_url)}
+    return {
+        "version": tpde_lib.__version__,
+        "repository": repo_url.rstrip("/"),
+        "book_url": pages_url(repo_url),
+    }
 
 
 def fill_text(text: str, values: dict[str, str]) -> str:

@@ -52,16 +52,17 @@ def single_d2():
             SA = S @ A
             X = V @ SA @ S
             return np.concatenate([V @ (m + SA @ m), (X + X.T).ravel()])
-        solve_ivp(f, (0, 10), np.r_[g0.mean, g0.cov.ravel()], t_eval=times, rtol=1e-9,
-                  atol=1e-12)
+
+        solve_ivp(f, (0, 10), np.r_[g0.mean, g0.cov.ravel()], t_eval=times, rtol=1e-9, atol=1e-12)
 
     print("1. one d=2 softmax trajectory, t in [0, 10], 101 output times, rtol=1e-9")
     t_bare = best_of(bare)
     print(f"   bare solve_ivp (RK45, hand-written rhs) : {1e3 * t_bare:7.2f} ms")
     for method in ("RK45", "DOP853"):
         t = best_of(lambda method=method: simulate_gaussian(att, g0, times, method=method))
-        print(f"   simulate_gaussian method={method:6s}      : {1e3 * t:7.2f} ms  "
-              f"(x{t / t_bare:.2f} bare RK45)")
+        print(
+            f"   simulate_gaussian method={method:6s}      : {1e3 * t:7.2f} ms  (x{t / t_bare:.2f} bare RK45)"
+        )
 
 
 def batch(B, d, variant="softmax", t_end=1e3, n_loop=5):
@@ -75,10 +76,17 @@ def batch(B, d, variant="softmax", t_end=1e3, n_loop=5):
     att = Softmax(A, V) if variant == "softmax" else L2(Q / np.sqrt(d), -Q, V)
     times = np.concatenate([[0.0], np.geomspace(1e-2, t_end, 60)])
     t_batch = best_of(lambda: simulate_gaussian_batch(att, cov0, times), repeat=2)
-    t_loop = best_of(lambda: [simulate_gaussian(att, Gaussian(np.zeros(d), c), times)
-                              for c in cov0[:n_loop]], repeat=1) * B / n_loop
-    print(f"   B={B:3d} d={d} {variant:7s}: batch {t_batch:6.2f} s   loop of single solves "
-          f"(extrapolated) {t_loop:6.2f} s   ratio x{t_loop / t_batch:.1f}")
+    t_loop = (
+        best_of(
+            lambda: [simulate_gaussian(att, Gaussian(np.zeros(d), c), times) for c in cov0[:n_loop]], repeat=1
+        )
+        * B
+        / n_loop
+    )
+    print(
+        f"   B={B:3d} d={d} {variant:7s}: batch {t_batch:6.2f} s   loop of single solves "
+        f"(extrapolated) {t_loop:6.2f} s   ratio x{t_loop / t_batch:.1f}"
+    )
 
 
 def big_batch(repeat=2):
@@ -87,14 +95,17 @@ def big_batch(repeat=2):
     G = rng.standard_normal((1000, 3, 3))
     A = -np.eye(3) + 0.2 * rng.standard_normal((3, 3))
     att = Softmax(A, np.eye(3))
-    return best_of(lambda: simulate_gaussian_batch(att, G @ np.swapaxes(G, 1, 2),
-                                                   np.linspace(0, 20, 21)), repeat=repeat)
+    return best_of(
+        lambda: simulate_gaussian_batch(att, G @ np.swapaxes(G, 1, 2), np.linspace(0, 20, 21)), repeat=repeat
+    )
 
 
 def blas_environment(rounds=4):
     """Alternated rounds: here, then a child process with ``OPENBLAS_NUM_THREADS=1``."""
-    print(f"3. B=1000 d=3 batch to t=20, {rounds} alternated rounds: OPENBLAS_NUM_THREADS="
-          f"{os.environ.get('OPENBLAS_NUM_THREADS')!r} here")
+    print(
+        f"3. B=1000 d=3 batch to t=20, {rounds} alternated rounds: OPENBLAS_NUM_THREADS="
+        f"{os.environ.get('OPENBLAS_NUM_THREADS')!r} here"
+    )
     code = "import benchmarks.gaussian as g; print(g.big_batch())"
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,12 +113,20 @@ def blas_environment(rounds=4):
     here, one = [], []
     for _ in range(rounds):
         here.append(big_batch())
-        one.append(float(subprocess.run([sys.executable, "-c", code], env=env, cwd=root,
-                                        check=True, capture_output=True,
-                                        text=True).stdout.split()[-1]))
+        one.append(
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", code],
+                    env=env,
+                    cwd=root,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout.split()[-1]
+            )
+        )
     h, o = np.median(here), np.median(one)
-    print(f"   medians: this environment {h:6.3f} s   OPENBLAS_NUM_THREADS=1 {o:6.3f} s   "
-          f"ratio x{h / o:.2f}")
+    print(f"   medians: this environment {h:6.3f} s   OPENBLAS_NUM_THREADS=1 {o:6.3f} s   ratio x{h / o:.2f}")
 
 
 def stiff_ensemble(max_steps=5000):
@@ -118,14 +137,16 @@ def stiff_ensemble(max_steps=5000):
     A /= np.linalg.norm(A, 2, axis=(1, 2))[:, None, None]
     t0 = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)   # the statuses are printed below
-        gb = simulate_gaussian_batch([Softmax(a, v) for a, v in zip(A, V)],
-                                     np.stack([np.eye(d)] * B), [0.0, 50.0],
-                                     max_steps=max_steps)
+        warnings.simplefilter("ignore", RuntimeWarning)  # the statuses are printed below
+        gb = simulate_gaussian_batch(
+            [Softmax(a, v) for a, v in zip(A, V)], np.stack([np.eye(d)] * B), [0.0, 50.0], max_steps=max_steps
+        )
     wall = time.perf_counter() - t0
     counts = ", ".join(f"{k}: {n}" for k, n in zip(*np.unique(gb.status, return_counts=True)))
-    print(f"4. issue 31's ensemble (B=100, d=3, t in [0, 50], max_steps={max_steps} per "
-          f"member): {wall:5.1f} s; {counts}")
+    print(
+        f"4. issue 31's ensemble (B=100, d=3, t in [0, 50], max_steps={max_steps} per "
+        f"member): {wall:5.1f} s; {counts}"
+    )
 
 
 if __name__ == "__main__":

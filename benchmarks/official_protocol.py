@@ -62,6 +62,7 @@ def _authors_rhs(variant, Q, K, V, d):
     """The paper code's ``rhs_softmax`` / ``rhs_L2`` for one draw (``K = -Q`` there)."""
     A = K.T @ Q / np.sqrt(d)
     if variant == "softmax":
+
         def rhs(S):
             X = V @ S @ A @ S
             return X + X.T
@@ -72,6 +73,7 @@ def _authors_rhs(variant, Q, K, V, d):
         def rhs(S):
             X = 2 * V @ S @ np.linalg.inv(eye + KK @ S) @ A @ S
             return X + X.T
+
     return rhs
 
 
@@ -125,22 +127,28 @@ def authors_loop(setting):
 # ---------------------------------------------------------------- the comparison
 def _cache_path(panel):
     """The sequence of attempts stored in the cache: (draw, init, status, steps)."""
-    rows = [(int(i), int(k), "converged", int(st)) for i, (k, st) in
-            enumerate(zip(panel.draw_init, panel.n_steps))]
-    rows += [(int(i), int(k), str(st), int(n)) for i, k, st, n in
-             zip(panel.failed_draw, panel.failed_init, panel.failed_status, panel.failed_steps)]
+    rows = [
+        (int(i), int(k), "converged", int(st))
+        for i, (k, st) in enumerate(zip(panel.draw_init, panel.n_steps))
+    ]
+    rows += [
+        (int(i), int(k), str(st), int(n))
+        for i, k, st, n in zip(panel.failed_draw, panel.failed_init, panel.failed_status, panel.failed_steps)
+    ]
     return sorted(rows, key=lambda row: row[1])
 
 
 def _same_as_cache(run, panel):
-    return (run.draw_init.tolist() == panel.draw_init.tolist()
-            and run.n_steps.tolist() == panel.n_steps.tolist()
-            and run.euler_rank.tolist() == panel.euler_rank.tolist()
-            and run.failed_draw.tolist() == panel.failed_draw.tolist()
-            and run.failed_init.tolist() == panel.failed_init.tolist()
-            and run.failed_steps.tolist() == panel.failed_steps.tolist()
-            and run.failed_status.tolist() == panel.failed_status.tolist()
-            and run.attempts == panel.attempts)
+    return (
+        run.draw_init.tolist() == panel.draw_init.tolist()
+        and run.n_steps.tolist() == panel.n_steps.tolist()
+        and run.euler_rank.tolist() == panel.euler_rank.tolist()
+        and run.failed_draw.tolist() == panel.failed_draw.tolist()
+        and run.failed_init.tolist() == panel.failed_init.tolist()
+        and run.failed_steps.tolist() == panel.failed_steps.tolist()
+        and run.failed_status.tolist() == panel.failed_status.tolist()
+        and run.attempts == panel.attempts
+    )
 
 
 def _timed(fn):
@@ -154,11 +162,14 @@ def main():
     parser.add_argument("--panels", nargs="*", help="e.g. softmax/random/4 (default: all 12)")
     parser.add_argument("--ours-only", action="store_true", help="skip the authors' loop")
     args = parser.parse_args()
-    panels = of.PANELS if not args.panels else [
-        (v, k, int(d)) for v, k, d in (p.split("/") for p in args.panels)]
+    panels = (
+        of.PANELS if not args.panels else [(v, k, int(d)) for v, k, d in (p.split("/") for p in args.panels)]
+    )
     cache = of.load_histogram_cache()
-    print(f"{'panel':22s} {'iterations':>10s} {'ours CPU':>9s} {'authors CPU':>11s} "
-          f"{'ratio':>6s} {'ours wall':>9s} {'authors wall':>12s}  checks")
+    print(
+        f"{'panel':22s} {'iterations':>10s} {'ours CPU':>9s} {'authors CPU':>11s} "
+        f"{'ratio':>6s} {'ours wall':>9s} {'authors wall':>12s}  checks"
+    )
     tot = np.zeros(4)
     for key in panels:
         s = of.histogram_setting(*key)
@@ -168,21 +179,32 @@ def main():
         same = _same_as_cache(run, panel)
         spec = f"work {run.work / iterations:.2f}x needed"
         if args.ours_only:
-            print(f"{'/'.join(map(str, key)):22s} {iterations:10d} {c_ours:8.1f}s {'':>11s} "
-                  f"{'':>6s} {w_ours:8.1f}s {'':>12s}  cache {'equal' if same else 'DIFFERS'}; "
-                  f"{spec}", flush=True)
+            print(
+                f"{'/'.join(map(str, key)):22s} {iterations:10d} {c_ours:8.1f}s {'':>11s} "
+                f"{'':>6s} {w_ours:8.1f}s {'':>12s}  cache {'equal' if same else 'DIFFERS'}; "
+                f"{spec}",
+                flush=True,
+            )
             tot += (c_ours, 0, w_ours, 0)
             continue
         (path, ranks, its), c_auth, w_auth = _timed(lambda: authors_loop(s))  # noqa: B023
         want = _cache_path(panel)
-        agree = "same path" if path == want else (
-            f"path differs ({sum(a == b for a, b in zip(path, want))}/{len(want)} attempts equal)")
-        print(f"{'/'.join(map(str, key)):22s} {iterations:10d} {c_ours:8.1f}s {c_auth:10.1f}s "
-              f"{c_auth / c_ours:6.2f} {w_ours:8.1f}s {w_auth:11.1f}s  cache "
-              f"{'equal' if same else 'DIFFERS'}; {spec}; authors' loop: {agree}", flush=True)
+        agree = (
+            "same path"
+            if path == want
+            else (f"path differs ({sum(a == b for a, b in zip(path, want))}/{len(want)} attempts equal)")
+        )
+        print(
+            f"{'/'.join(map(str, key)):22s} {iterations:10d} {c_ours:8.1f}s {c_auth:10.1f}s "
+            f"{c_auth / c_ours:6.2f} {w_ours:8.1f}s {w_auth:11.1f}s  cache "
+            f"{'equal' if same else 'DIFFERS'}; {spec}; authors' loop: {agree}",
+            flush=True,
+        )
         tot += (c_ours, c_auth, w_ours, w_auth)
-    print(f"{'total':22s} {'':10s} {tot[0]:8.1f}s {tot[1]:10.1f}s "
-          f"{tot[1] / tot[0] if tot[1] else np.nan:6.2f} {tot[2]:8.1f}s {tot[3]:11.1f}s")
+    print(
+        f"{'total':22s} {'':10s} {tot[0]:8.1f}s {tot[1]:10.1f}s "
+        f"{tot[1] / tot[0] if tot[1] else np.nan:6.2f} {tot[2]:8.1f}s {tot[3]:11.1f}s"
+    )
 
 
 if __name__ == "__main__":

@@ -126,8 +126,10 @@ def exp_seconds_threads(threads):
             np.exp(src, out=dst)
 
     with ThreadPoolExecutor(threads) as pool:
+
         def run():
             list(pool.map(work, dsts))
+
         return min(best_time(run, 3) for _ in range(5)) / (200 * threads * src.size)
 
 
@@ -139,6 +141,7 @@ def load():
 # ---------------------------------------------------------------------------------------------
 # the fields: ours, plain numpy, jax (xp = np or jnp; w uniform)
 # ---------------------------------------------------------------------------------------------
+
 
 def _softmax_plain(xp, X, A, V, mask=None):
     S = X @ A.T @ X.T
@@ -182,7 +185,7 @@ def _softmax_jax_blocked(A, V, causal=False):
         def block(args):
             q, i = args
             S = q @ X.T
-            if causal:                   # positions 0..1 increasing: key j seen by row i if j <= i
+            if causal:  # positions 0..1 increasing: key j seen by row i if j <= i
                 S = jnp.where(jnp.arange(n)[None, :] <= i[:, None], S, -jnp.inf)
             E = jnp.exp(S - S.max(axis=1, keepdims=True))
             return (E @ X) / E.sum(axis=1, keepdims=True)
@@ -212,23 +215,50 @@ def _cases(n, d, rng):
     Q, K = rng.standard_normal((d, d)) / d**0.75, rng.standard_normal((d, d)) / d**0.75
     bias = -math.log(n)
     mu, mu_c = Empirical(X), Empirical(X, positions=np.linspace(0, 1, n))
-    return X, [
-        # name, ours, plain(xp, X), exponentials per pair of tokens (the bound's count),
-        # softmax heads (A, causal) for the blocked jax and torch peers (None: no such peer)
-        ("Softmax", lambda: Softmax(A, V).velocity(mu), lambda xp, X: _softmax_plain(xp, X, A, V),
-         1, [(A, False)]),
-        ("Softmax causal", lambda: Softmax(A, V, causal=True).velocity(mu_c),
-         lambda xp, X: _softmax_plain(xp, X, A, V, xp.tril(xp.ones((n, n), dtype=bool))), 1,
-         [(A, True)]),
-        ("L2", lambda: L2(Q, K, V).velocity(mu), lambda xp, X: _l2_plain(xp, X, Q, K, V), 1, None),
-        ("Sigmoid", lambda: Sigmoid(A, V, bias=bias).velocity(mu),
-         lambda xp, X: _sigmoid_plain(xp, X, A, V, bias), 1, None),
-        ("Unnormalised", lambda: Unnormalised(A, V).velocity(mu),
-         lambda xp, X: _unnormalised_plain(xp, X, A, V), 1, None),
-        ("MultiHead (2 heads)", lambda: MultiHead([Softmax(A, V), Softmax(A.T, V)]).velocity(mu),
-         lambda xp, X: _softmax_plain(xp, X, A, V) + _softmax_plain(xp, X, A.T, V), 2,
-         [(A, False), (A.T, False)]),
-    ], V
+    return (
+        X,
+        [
+            # name, ours, plain(xp, X), exponentials per pair of tokens (the bound's count),
+            # softmax heads (A, causal) for the blocked jax and torch peers (None: no such peer)
+            (
+                "Softmax",
+                lambda: Softmax(A, V).velocity(mu),
+                lambda xp, X: _softmax_plain(xp, X, A, V),
+                1,
+                [(A, False)],
+            ),
+            (
+                "Softmax causal",
+                lambda: Softmax(A, V, causal=True).velocity(mu_c),
+                lambda xp, X: _softmax_plain(xp, X, A, V, xp.tril(xp.ones((n, n), dtype=bool))),
+                1,
+                [(A, True)],
+            ),
+            ("L2", lambda: L2(Q, K, V).velocity(mu), lambda xp, X: _l2_plain(xp, X, Q, K, V), 1, None),
+            (
+                "Sigmoid",
+                lambda: Sigmoid(A, V, bias=bias).velocity(mu),
+                lambda xp, X: _sigmoid_plain(xp, X, A, V, bias),
+                1,
+                None,
+            ),
+            (
+                "Unnormalised",
+                lambda: Unnormalised(A, V).velocity(mu),
+                lambda xp, X: _unnormalised_plain(xp, X, A, V),
+                1,
+                None,
+            ),
+            (
+                "MultiHead (2 heads)",
+                lambda: MultiHead([Softmax(A, V), Softmax(A.T, V)]).velocity(mu),
+                lambda xp, X: _softmax_plain(xp, X, A, V) + _softmax_plain(xp, X, A.T, V),
+                2,
+                [(A, False), (A.T, False)],
+            ),
+        ],
+        V,
+    )
 
 
 def product_seconds(d):
@@ -269,6 +299,7 @@ def _peers(name, plain, heads, V, X, n, plain_ok):
 
         def blocked():
             return sum(f(Xj) for f in fbs).block_until_ready()
+
         peers.append(("jaxblk", blocked, np.asarray(blocked())))
     if torch is not None and heads:
         Xt = torch.from_numpy(X)
@@ -276,6 +307,7 @@ def _peers(name, plain, heads, V, X, n, plain_ok):
 
         def fused():
             return sum(f(Xt) for f in fts)
+
         peers.append(("torch", fused, fused().numpy()))
     return peers
 
@@ -290,17 +322,26 @@ def velocity_table(sizes=(1000, 4000, 16000), dims=(2, 16, 64), seed=0):
     t_exp = exp_seconds()
     jax_v = f"jax {jax.__version__} (jit, float64)" if jax else "not installed"
     torch_v = f"torch {torch.__version__} (float64, {cores} threads)" if torch else "not installed"
-    print(f"bound: {t_exp * 1e9:.3f} ns per exp in cache (one core) plus the two thin products "
-          f"(below), / {cores} cores used; jax: {jax_v}; torch: {torch_v}")
+    print(
+        f"bound: {t_exp * 1e9:.3f} ns per exp in cache (one core) plus the two thin products "
+        f"(below), / {cores} cores used; jax: {jax_v}; torch: {torch_v}"
+    )
     if cores > 1:
         t_par = exp_seconds_threads(cores)
-        print(f"measured: {cores} threads of exp run {t_exp / t_par:.2f} times as fast as one "
-              f"(the bound assumes {cores})")
+        print(
+            f"measured: {cores} threads of exp run {t_exp / t_par:.2f} times as fast as one "
+            f"(the bound assumes {cores})"
+        )
     t_prod = {d: product_seconds(d) for d in dims}
-    print("thin products, ns per score (one core, in cache): "
-          + ", ".join(f"d={d}: {t * 1e9:.3f}" for d, t in t_prod.items()))
-    head = (f"{'n':>6s}{'d':>4s}  {'field':21s}{'ours [ms]':>10s}{'/bound':>8s}{'cpu/bnd':>8s}"
-            + "".join(f"{'/' + c:>8s}" for c in COLUMNS) + f"{'max.diff':>10s}   load")
+    print(
+        "thin products, ns per score (one core, in cache): "
+        + ", ".join(f"d={d}: {t * 1e9:.3f}" for d, t in t_prod.items())
+    )
+    head = (
+        f"{'n':>6s}{'d':>4s}  {'field':21s}{'ours [ms]':>10s}{'/bound':>8s}{'cpu/bnd':>8s}"
+        + "".join(f"{'/' + c:>8s}" for c in COLUMNS)
+        + f"{'max.diff':>10s}   load"
+    )
     print(head)
     rng = np.random.default_rng(seed)
     for n in sizes:
@@ -309,37 +350,44 @@ def velocity_table(sizes=(1000, 4000, 16000), dims=(2, 16, 64), seed=0):
             plain_ok = 8 * n * n <= PLAIN_MAX_BYTES
             per_score = t_exp + t_prod[d]
             for name, ours, plain, exps, heads in cases:
-                work = exps * n * n * per_score                 # one core
+                work = exps * n * n * per_score  # one core
                 repeat = {1000: 20, 4000: 3}.get(n, 1)
-                rounds = 12 if n <= 1000 else 3    # jax.jit's time there moves between rounds
-                v = ours()                                        # warm up
+                rounds = 12 if n <= 1000 else 3  # jax.jit's time there moves between rounds
+                v = ours()  # warm up
                 peers = _peers(name, plain, heads, V, X, n, plain_ok)
                 times, cpu = interleaved_best([ours] + [f for _, f, _ in peers], repeat, rounds)
                 t = times[0]
                 ratio = {c: t / tp for (c, _, _), tp in zip(peers, times[1:])}
-                diff = max((np.abs(v - ref).max() / np.abs(ref).max() for _, _, ref in peers),
-                           default=np.nan)
-                print(f"{n:6d}{d:4d}  {name:21s}{t * 1e3:10.1f}{t / (work / cores):8.2f}"
-                      f"{cpu / work:8.2f}"
-                      + "".join(f"{ratio[c]:8.2f}" if c in ratio else f"{'-':>8s}"
-                                for c in COLUMNS)
-                      + f"{diff:9.1e}{'!' if diff > 1e-11 else ' '}   {load()}", flush=True)
-    print("(bound: the field's exponentials and thin products alone, n^2 of each, 2 n^2 for two "
-          "heads, at one core's in-cache speed / the cores; cpu/bnd: our CPU time over all "
-          "threads / their one-core time; ratios < 1: ours faster; max.diff: max |ours - peer| "
-          "/ max |peer| over the peers, '!' above 1e-11; '-': not run (not installed, no such "
-          f"peer, or one n x n matrix above {PLAIN_MAX_BYTES / 2**20:.0f} MiB for numpy, "
-          f"{JAX_MAX_BYTES / 2**20:.0f} MiB for dense jax))")
+                diff = max((np.abs(v - ref).max() / np.abs(ref).max() for _, _, ref in peers), default=np.nan)
+                print(
+                    f"{n:6d}{d:4d}  {name:21s}{t * 1e3:10.1f}{t / (work / cores):8.2f}"
+                    f"{cpu / work:8.2f}"
+                    + "".join(f"{ratio[c]:8.2f}" if c in ratio else f"{'-':>8s}" for c in COLUMNS)
+                    + f"{diff:9.1e}{'!' if diff > 1e-11 else ' '}   {load()}",
+                    flush=True,
+                )
+    print(
+        "(bound: the field's exponentials and thin products alone, n^2 of each, 2 n^2 for two "
+        "heads, at one core's in-cache speed / the cores; cpu/bnd: our CPU time over all "
+        "threads / their one-core time; ratios < 1: ours faster; max.diff: max |ours - peer| "
+        "/ max |peer| over the peers, '!' above 1e-11; '-': not run (not installed, no such "
+        f"peer, or one n x n matrix above {PLAIN_MAX_BYTES / 2**20:.0f} MiB for numpy, "
+        f"{JAX_MAX_BYTES / 2**20:.0f} MiB for dense jax))"
+    )
 
 
 def sinkhorn_table(n=4000, dims=(2, 16), tol=1e-9, eps=1.0, seed=1):
     import ot  # POT (imported here: it may pull in jax and torch)
 
     rng = np.random.default_rng(seed)
-    print(f"\nSinkhorn attention vs POT ot.sinkhorn(method='sinkhorn_log'), n={n}, eps={eps}, "
-          f"tol={tol:g} (cold starts)")
-    print(f"{'case':24s}{'ours [s]':>10s}{'iters':>7s}{'POT [s]':>10s}{'iters':>7s}"
-          f"{'ratio':>8s}{'max|dGamma|':>13s}")
+    print(
+        f"\nSinkhorn attention vs POT ot.sinkhorn(method='sinkhorn_log'), n={n}, eps={eps}, "
+        f"tol={tol:g} (cold starts)"
+    )
+    print(
+        f"{'case':24s}{'ours [s]':>10s}{'iters':>7s}{'POT [s]':>10s}{'iters':>7s}"
+        f"{'ratio':>8s}{'max|dGamma|':>13s}"
+    )
     for d in dims:
         X = rng.standard_normal((n, d))
         A0 = rng.standard_normal((d, d)) / math.sqrt(d)
@@ -351,17 +399,21 @@ def sinkhorn_table(n=4000, dims=(2, 16), tol=1e-9, eps=1.0, seed=1):
             t0 = time.perf_counter()
             v = sk.velocity(mu)
             t_ours = time.perf_counter() - t0
-            C = -(X @ A.T @ X.T)                 # kernel e^{<Ax,y>/eps} = e^{-C/reg}
+            C = -(X @ A.T @ X.T)  # kernel e^{<Ax,y>/eps} = e^{-C/reg}
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                P, log = ot.sinkhorn(w, w, C, eps, method="sinkhorn_log", stopThr=tol,
-                                     numItermax=100_000, log=True)
+                P, log = ot.sinkhorn(
+                    w, w, C, eps, method="sinkhorn_log", stopThr=tol, numItermax=100_000, log=True
+                )
             t_pot = time.perf_counter() - t0
             v_pot = (P @ X) / P.sum(axis=1, keepdims=True) @ V.T
-            print(f"{'d=' + str(d) + ', ' + label:24s}{t_ours:10.2f}{sk.last_iterations:7d}"
-                  f"{t_pot:10.2f}{log['niter']:7d}{t_ours / t_pot:8.3f}"
-                  f"{np.abs(v - v_pot).max():13.1e}", flush=True)
+            print(
+                f"{'d=' + str(d) + ', ' + label:24s}{t_ours:10.2f}{sk.last_iterations:7d}"
+                f"{t_pot:10.2f}{log['niter']:7d}{t_ours / t_pot:8.3f}"
+                f"{np.abs(v - v_pot).max():13.1e}",
+                flush=True,
+            )
 
 
 _CHILD = r"""
@@ -390,29 +442,44 @@ print(f"{dt:.2f} {dc:.2f} {hwm_mib() - h0:.1f} {hwm_mib():.1f}")
 
 
 def memory_line(n=100_000):
-    res = subprocess.run([sys.executable, "-c", _CHILD.replace("N, 2", f"{n}, 2")],
-                         capture_output=True, text=True, env=os.environ.copy())
+    res = subprocess.run(
+        [sys.executable, "-c", _CHILD.replace("N, 2", f"{n}, 2")],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
     if res.returncode != 0:
         print(f"\nSoftmax n={n:,}, d=2 under a 3 GiB address-space cap: FAILED\n" + res.stderr)
         return
     dt, dc, dpeak, peak = res.stdout.split()
-    print(f"\nSoftmax, one evaluation at n={n:,}, d=2, address space capped at 3 GiB: {dt} s "
-          f"wall, {dc} s CPU over all threads (load {load()}); peak RSS increase {dpeak} MiB "
-          f"(process peak {peak} MiB; a dense n x n float64 matrix would be "
-          f"{n**2 * 8 / 2**30:.1f} GiB)")
+    print(
+        f"\nSoftmax, one evaluation at n={n:,}, d=2, address space capped at 3 GiB: {dt} s "
+        f"wall, {dc} s CPU over all threads (load {load()}); peak RSS increase {dpeak} MiB "
+        f"(process peak {peak} MiB; a dense n x n float64 matrix would be "
+        f"{n**2 * 8 / 2**30:.1f} GiB)"
+    )
 
 
 if __name__ == "__main__":
     import ot
 
     quick = "--quick" in sys.argv
-    blas = ([f"{i['internal_api']} {i['num_threads']} threads" for i in threadpool_info()
-             if i["user_api"] == "blas"] if threadpool_info else ["threadpoolctl not installed"])
-    print(f"environment as a reader's: OPENBLAS_NUM_THREADS="
-          f"{os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, OMP_NUM_THREADS="
-          f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}; BLAS: {', '.join(blas)}; "
-          f"numpy {np.__version__}, POT {ot.__version__}, kernel_sums threads "
-          f"{get_num_threads()}, cpu_count {os.cpu_count()}, load average {load()}")
+    blas = (
+        [
+            f"{i['internal_api']} {i['num_threads']} threads"
+            for i in threadpool_info()
+            if i["user_api"] == "blas"
+        ]
+        if threadpool_info
+        else ["threadpoolctl not installed"]
+    )
+    print(
+        f"environment as a reader's: OPENBLAS_NUM_THREADS="
+        f"{os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}; BLAS: {', '.join(blas)}; "
+        f"numpy {np.__version__}, POT {ot.__version__}, kernel_sums threads "
+        f"{get_num_threads()}, cpu_count {os.cpu_count()}, load average {load()}"
+    )
     velocity_table(sizes=(1000, 4000) if quick else (1000, 4000, 16000))
     sinkhorn_table()
     memory_line()

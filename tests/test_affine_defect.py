@@ -14,7 +14,7 @@ class Poly1d(tp.Attention):
         self.c, self.d = c, 1
 
     def field(self, points, weights, positions, t):
-        return points + self.c * points ** 2
+        return points + self.c * points**2
 
 
 class ReLU(tp.Attention):
@@ -24,6 +24,7 @@ class ReLU(tp.Attention):
     def field(self, points, weights, positions, t):
         def relu(S):
             np.maximum(S, 0.0, out=S)
+
         return tp.kernel_sums(points @ self.A.T, points, points * weights[:, None], relu) @ self.V.T
 
 
@@ -48,12 +49,16 @@ def test_defect_of_a_quadratic_field_has_its_closed_form(c):
     assert tp.affine_defect(Poly1d(c), g) == pytest.approx(expected, abs=1e-13)
 
 
-@pytest.mark.parametrize("att", [
-    tp.Softmax(np.array([[-0.6, 0.3], [0.1, -0.4]]), np.eye(2)),
-    tp.L2(np.eye(2), np.eye(2), np.eye(2)),
-    tp.Linear(np.eye(2), np.eye(2)),
-    tp.MultiHead([tp.Softmax(np.eye(2), np.eye(2)), tp.Linear(-np.eye(2), np.eye(2))]),
-], ids=["softmax", "L2", "linear", "multihead"])
+@pytest.mark.parametrize(
+    "att",
+    [
+        tp.Softmax(np.array([[-0.6, 0.3], [0.1, -0.4]]), np.eye(2)),
+        tp.L2(np.eye(2), np.eye(2), np.eye(2)),
+        tp.Linear(np.eye(2), np.eye(2)),
+        tp.MultiHead([tp.Softmax(np.eye(2), np.eye(2)), tp.Linear(-np.eye(2), np.eye(2))]),
+    ],
+    ids=["softmax", "L2", "linear", "multihead"],
+)
 def test_gaussian_preserving_variants_have_a_round_off_defect(att):
     # measured 1e-16 .. 1e-13 with 50 nodes per axis (30 nodes: up to 1e-9)
     assert tp.affine_defect(att, G2) < 1e-11
@@ -64,8 +69,9 @@ def test_sinkhorn_defect_is_at_the_level_of_its_marginal_tolerance():
     assert tp.affine_defect(att, G2, nodes_per_dim=30) < 1e-8
 
 
-@pytest.mark.parametrize("att", [tp.Sigmoid(np.eye(2), np.eye(2)), ReLU(np.eye(2), np.eye(2))],
-                         ids=["sigmoid", "relu"])
+@pytest.mark.parametrize(
+    "att", [tp.Sigmoid(np.eye(2), np.eye(2)), ReLU(np.eye(2), np.eye(2))], ids=["sigmoid", "relu"]
+)
 def test_non_gaussian_preserving_variants_have_a_clear_defect(att):
     assert tp.affine_defect(att, G2) > 0.05
 

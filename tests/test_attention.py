@@ -59,13 +59,18 @@ def _variants(A, V, d, causal=False, seed=1):
     tau, bias = 0.7, -0.5
     return {
         "softmax": (Softmax(A, V, causal=causal), lambda x, y: np.exp(y @ A @ x), True),
-        "L2": (L2(Q, K, V, tau=tau, causal=causal),
-               lambda x, y: np.exp(-np.sum((Q @ x - K @ y) ** 2) / tau), True),
-        "sigmoid": (Sigmoid(A, V, bias=bias, causal=causal),
-                    lambda x, y: 1.0 / (1.0 + np.exp(-(y @ A @ x + bias))), False),
+        "L2": (
+            L2(Q, K, V, tau=tau, causal=causal),
+            lambda x, y: np.exp(-np.sum((Q @ x - K @ y) ** 2) / tau),
+            True,
+        ),
+        "sigmoid": (
+            Sigmoid(A, V, bias=bias, causal=causal),
+            lambda x, y: 1.0 / (1.0 + np.exp(-(y @ A @ x + bias))),
+            False,
+        ),
         "linear": (Linear(A, V, causal=causal), lambda x, y: y @ A @ x, False),
-        "unnormalised": (Unnormalised(A, V, causal=causal), lambda x, y: np.exp(y @ A @ x),
-                         False),
+        "unnormalised": (Unnormalised(A, V, causal=causal), lambda x, y: np.exp(y @ A @ x), False),
     }
 
 
@@ -75,6 +80,7 @@ VARIANTS = ["softmax", "L2", "sigmoid", "linear", "unnormalised"]
 # ---------------------------------------------------------------------------------------------
 # every variant against the per-token loop
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", VARIANTS)
@@ -94,8 +100,7 @@ def test_velocity_blocked_rows_match_loop(name, monkeypatch):
     monkeypatch.setattr(kernels_mod, "_BLOCK_ENTRIES", 7 * X.shape[0])
     att, kernel, normalise = _variants(A, V, X.shape[1], causal=True)[name]
     got = att.velocity(Empirical(X, w, s))
-    np.testing.assert_allclose(got, _loop_field(kernel, V, X, w, s, normalise),
-                               rtol=RTOL, atol=1e-12)
+    np.testing.assert_allclose(got, _loop_field(kernel, V, X, w, s, normalise), rtol=RTOL, atol=1e-12)
 
 
 def test_from_qk_uses_scaled_query_key_product():
@@ -131,13 +136,16 @@ def test_multihead_equals_sum_of_head_loops(causal):
     rng = np.random.default_rng(3)
     A2, V2 = rng.standard_normal((3, 3)) / 2, rng.standard_normal((3, 3))
     A3, V3 = rng.standard_normal((3, 3)) / 2, rng.standard_normal((3, 3))
-    mh = MultiHead([Softmax(A, V, causal), Softmax(A2, V2, causal),
-                    Linear(A3, V3, causal), Softmax(A3, V3, causal)])
+    mh = MultiHead(
+        [Softmax(A, V, causal), Softmax(A2, V2, causal), Linear(A3, V3, causal), Softmax(A3, V3, causal)]
+    )
     pos = s if causal else None
-    want = (_loop_field(lambda x, y: np.exp(y @ A @ x), V, X, w, pos)
-            + _loop_field(lambda x, y: np.exp(y @ A2 @ x), V2, X, w, pos)
-            + _loop_field(lambda x, y: y @ A3 @ x, V3, X, w, pos, normalise=False)
-            + _loop_field(lambda x, y: np.exp(y @ A3 @ x), V3, X, w, pos))
+    want = (
+        _loop_field(lambda x, y: np.exp(y @ A @ x), V, X, w, pos)
+        + _loop_field(lambda x, y: np.exp(y @ A2 @ x), V2, X, w, pos)
+        + _loop_field(lambda x, y: y @ A3 @ x, V3, X, w, pos, normalise=False)
+        + _loop_field(lambda x, y: np.exp(y @ A3 @ x), V3, X, w, pos)
+    )
     np.testing.assert_allclose(mh.velocity(Empirical(X, w, positions=pos)), want, rtol=RTOL)
 
 
@@ -152,8 +160,9 @@ def test_multihead_batches_softmax_heads_but_not_their_subclasses():
 
     mu, t = Empirical(X, w), 0.7
     heads = [Softmax(lambda t: A * (1 + t), V), Softmax(A.T, lambda t: V * t), Doubled(A, V)]
-    want = (Softmax(A * 1.7, V).velocity(mu) + Softmax(A.T, V * t).velocity(mu)
-            + 2.0 * Softmax(A, V).velocity(mu))
+    want = (
+        Softmax(A * 1.7, V).velocity(mu) + Softmax(A.T, V * t).velocity(mu) + 2.0 * Softmax(A, V).velocity(mu)
+    )
     np.testing.assert_allclose(MultiHead(heads).velocity(mu, t=t), want, rtol=1e-13)
 
 
@@ -163,11 +172,11 @@ def test_softmax_with_large_scores_selects_the_best_key():
     X = rng.standard_normal((40, 2))
     A, V = np.eye(2), np.eye(2)
     got = Softmax(1e4 * A, V).velocity(Empirical(X))
-    best = np.argmax(X @ X.T, axis=1)   # argmax_j <x_i, x_j>, unique for Gaussian draws
+    best = np.argmax(X @ X.T, axis=1)  # argmax_j <x_i, x_j>, unique for Gaussian draws
     np.testing.assert_allclose(got, X[best], atol=1e-12)
 
 
-@pytest.mark.parametrize("n", [40, 400])           # the dense path and the blocked one
+@pytest.mark.parametrize("n", [40, 400])  # the dense path and the blocked one
 def test_a_huge_value_matrix_scales_the_field_without_overflow(n):
     # scores up to ~ 150 take no shift in the blocked engine, so its sums reach ~ e^150: the
     # average must be formed before V = 1e300 I multiplies it (the field is 1e300 x that of
@@ -178,8 +187,7 @@ def test_a_huge_value_matrix_scales_the_field_without_overflow(n):
     mu = Empirical(X)
     assert np.abs(X @ A @ X.T).max() > 50.0
     want = Softmax(A, np.eye(2)).velocity(mu)
-    np.testing.assert_allclose(Softmax(A, 1e300 * np.eye(2)).velocity(mu), 1e300 * want,
-                               rtol=1e-13)
+    np.testing.assert_allclose(Softmax(A, 1e300 * np.eye(2)).velocity(mu), 1e300 * want, rtol=1e-13)
 
 
 def test_zero_weight_tokens_do_not_act_on_others():
@@ -196,6 +204,7 @@ def test_zero_weight_tokens_do_not_act_on_others():
 # ---------------------------------------------------------------------------------------------
 # symmetries
 # ---------------------------------------------------------------------------------------------
+
 
 def _all_attentions(A, V, d):
     atts = {k: v[0] for k, v in _variants(A, V, d).items()}
@@ -232,10 +241,11 @@ def test_duplicating_every_token_with_half_weights_leaves_velocity_unchanged(n, 
 # masked (causal) attention
 # ---------------------------------------------------------------------------------------------
 
+
 def test_causal_token_at_position_zero_sees_only_its_fibre():
     X, w, s, A, V = _problem()
     s = s.copy()
-    s[:4] = 0.0                      # an atom of 4 tokens at s = 0
+    s[:4] = 0.0  # an atom of 4 tokens at s = 0
     fib = slice(0, 4)
     mu = Empirical(X, w, s)
     # softmax on the s = 0 fibre alone, with its weights renormalised (the field is normalised)
@@ -253,16 +263,16 @@ def test_causal_token_at_position_zero_sees_only_its_fibre():
 
 def test_causal_last_token_equals_full_attention():
     X, w, s, A, V = _problem()
-    mu = Empirical(X, w, s)    # s sorted, the last token has the largest position
+    mu = Empirical(X, w, s)  # s sorted, the last token has the largest position
     for name, (att, _, _) in _variants(A, V, 3, causal=True).items():
         full = _variants(A, V, 3)[name][0].velocity(mu)
-        np.testing.assert_allclose(att.velocity(mu)[-1], full[-1], rtol=1e-12, atol=1e-13,
-                                   err_msg=name)
+        np.testing.assert_allclose(att.velocity(mu)[-1], full[-1], rtol=1e-12, atol=1e-13, err_msg=name)
 
 
 # ---------------------------------------------------------------------------------------------
 # Sinkhorn against POT
 # ---------------------------------------------------------------------------------------------
+
 
 def _pot_plan(X, w, A, eps):
     # kernel e^{<Ax,y>/eps} = e^{-C/reg} with cost C_ij = -<A x_i, x_j> and reg = eps
@@ -319,7 +329,7 @@ def test_sinkhorn_warm_start_reuses_potentials():
     sk = Sinkhorn(A, V, eps=0.5, tol=1e-10)
     v1 = sk.velocity(Empirical(X, w))
     cold = sk.last_iterations
-    X2 = X + 1e-3 * np.sin(X)                # the next time step of a simulation
+    X2 = X + 1e-3 * np.sin(X)  # the next time step of a simulation
     v2 = sk.velocity(Empirical(X2, w))
     warm = sk.last_iterations
     fresh = Sinkhorn(A, V, eps=0.5, tol=1e-10).velocity(Empirical(X2, w))
@@ -354,6 +364,7 @@ def test_sinkhorn_plan_for_positive_scores_at_small_eps_has_both_marginals():
 # ---------------------------------------------------------------------------------------------
 # errors
 # ---------------------------------------------------------------------------------------------
+
 
 def test_bad_parameters_raise_naming_the_argument():
     A, V = np.eye(3), np.eye(3)
@@ -413,11 +424,14 @@ def test_overflowing_unnormalised_field_reports_time():
         Unnormalised(np.eye(2), np.eye(2)).velocity(Empirical(X), t=2.5)
 
 
-@pytest.mark.parametrize("att, name", [
-    (Sigmoid(np.eye(2), np.eye(2)), "Sigmoid"),
-    (Unnormalised(np.eye(2), np.eye(2)), "unnormalised"),
-    (Softmax(np.eye(2), np.eye(2), causal=True), "causal"),
-])
+@pytest.mark.parametrize(
+    "att, name",
+    [
+        (Sigmoid(np.eye(2), np.eye(2)), "Sigmoid"),
+        (Unnormalised(np.eye(2), np.eye(2)), "unnormalised"),
+        (Softmax(np.eye(2), np.eye(2), causal=True), "causal"),
+    ],
+)
 def test_gaussian_rhs_unavailable_variants_say_so(att, name):
     with pytest.raises(NotImplementedError, match=f"(?i){name}"):
         att.gaussian_rhs(np.zeros(2), np.eye(2))
@@ -428,6 +442,7 @@ def test_gaussian_rhs_unavailable_variants_say_so(att, name):
 # the affine field Gamma(x) = b + M x: alpha' = b + M alpha, Sigma' = M Sigma + Sigma M^T,
 # appendix eq-closure)
 # ---------------------------------------------------------------------------------------------
+
 
 def _gaussian_problem(d=3, seed=11):
     rng = np.random.default_rng(seed)
@@ -503,6 +518,7 @@ def test_gaussian_rhs_rejects_a_non_symmetric_covariance():
 # what importing the attention package loads
 # ---------------------------------------------------------------------------------------------
 
+
 def _at_half(good, bad):
     """A callable parameter valid at t = 0 (where the constructor probes it), bad at t = 0.5."""
     return lambda t: good if t == 0 else bad
@@ -511,16 +527,19 @@ def _at_half(good, bad):
 _I2 = np.eye(2)
 
 
-@pytest.mark.parametrize("make,name,bad,error,match", [
-    (lambda p: Softmax(p, _I2), "A", np.eye(3), ValueError, r"shape \(2, 2\), got \(3, 3\)"),
-    (lambda p: Softmax(_I2, p), "V", np.full((2, 2), np.nan), ValueError, "NaN or infinite"),
-    (lambda p: Sigmoid(p, _I2), "A", 1.0, ValueError, r"got shape \(\)"),        # a scalar
-    (lambda p: Unnormalised(_I2, p), "V", _I2 + 1j, TypeError, "complex"),
-    (lambda p: Linear(p, _I2), "A", np.ones((1, 2)), ValueError, r"got \(1, 2\)"),  # one row
-    (lambda p: L2(p, _I2, _I2), "Q", _I2 > 0, TypeError, "bool"),
-    (lambda p: Softmax.from_qk(_I2, p, _I2), "K", "I", TypeError, "real numbers"),
-    (lambda p: Sinkhorn(_I2, p), "V", np.eye(3), ValueError, "shape"),
-])
+@pytest.mark.parametrize(
+    "make,name,bad,error,match",
+    [
+        (lambda p: Softmax(p, _I2), "A", np.eye(3), ValueError, r"shape \(2, 2\), got \(3, 3\)"),
+        (lambda p: Softmax(_I2, p), "V", np.full((2, 2), np.nan), ValueError, "NaN or infinite"),
+        (lambda p: Sigmoid(p, _I2), "A", 1.0, ValueError, r"got shape \(\)"),  # a scalar
+        (lambda p: Unnormalised(_I2, p), "V", _I2 + 1j, TypeError, "complex"),
+        (lambda p: Linear(p, _I2), "A", np.ones((1, 2)), ValueError, r"got \(1, 2\)"),  # one row
+        (lambda p: L2(p, _I2, _I2), "Q", _I2 > 0, TypeError, "bool"),
+        (lambda p: Softmax.from_qk(_I2, p, _I2), "K", "I", TypeError, "real numbers"),
+        (lambda p: Sinkhorn(_I2, p), "V", np.eye(3), ValueError, "shape"),
+    ],
+)
 def test_a_bad_time_dependent_parameter_is_named_with_its_time(make, name, bad, error, match):
     att = make(_at_half(_I2, bad))
     X = np.random.default_rng(0).standard_normal((20, 2))
@@ -533,6 +552,7 @@ def test_a_bad_time_dependent_parameter_is_named_with_its_time(make, name, bad, 
 def test_docstring_examples(module):
     import doctest
     import importlib
+
     mod = importlib.import_module(f"tpde_lib.attention.{module}")
     res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.attempted > 0 and res.failed == 0
@@ -546,6 +566,7 @@ def test_importing_attention_loads_no_plotting_statistics_or_transport_module(tm
     import sys
 
     import tpde_lib
+
     root = pathlib.Path(tpde_lib.__file__).parent
     code = (
         "import sys, types\n"
@@ -553,29 +574,36 @@ def test_importing_attention_loads_no_plotting_statistics_or_transport_module(tm
         "sys.modules['tpde_lib'] = pkg\n"
         "import tpde_lib.attention as a\n"
         "assert a.Softmax and a.kernel_sums\n"
-        "print(sorted(m for m in ('scipy.stats', 'matplotlib.pyplot', 'ot') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+        "print(sorted(m for m in ('scipy.stats', 'matplotlib.pyplot', 'ot') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"max_iter": 10.0}, TypeError, "max_iter"),
-    ({"max_iter": -1}, ValueError, "max_iter"),
-    ({"tol": 0.0}, ValueError, "tol"),
-    ({"tol": "1e-9"}, TypeError, "tol"),
-    ({"omega0": 2.5}, ValueError, "omega0"),
-    ({"omega0": 0.5}, ValueError, "omega0"),
-    ({"g0": np.zeros(4)}, ValueError, "g0"),
-    ({"g0": np.full(3, np.nan)}, ValueError, "g0"),
-    ({"weights": np.array([0.5, 0.5, 0.0])}, ValueError, "weights"),
-    ({"A": np.eye(3)}, ValueError, "A"),
-    ({"points": np.zeros(3)}, ValueError, "points"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"max_iter": 10.0}, TypeError, "max_iter"),
+        ({"max_iter": -1}, ValueError, "max_iter"),
+        ({"tol": 0.0}, ValueError, "tol"),
+        ({"tol": "1e-9"}, TypeError, "tol"),
+        ({"omega0": 2.5}, ValueError, "omega0"),
+        ({"omega0": 0.5}, ValueError, "omega0"),
+        ({"g0": np.zeros(4)}, ValueError, "g0"),
+        ({"g0": np.full(3, np.nan)}, ValueError, "g0"),
+        ({"weights": np.array([0.5, 0.5, 0.0])}, ValueError, "weights"),
+        ({"A": np.eye(3)}, ValueError, "A"),
+        ({"points": np.zeros(3)}, ValueError, "points"),
+    ],
+)
 def test_sinkhorn_potentials_checks_its_arguments(kwargs, error, match):
     from tpde_lib import sinkhorn_potentials
-    args = {"points": np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]),
-            "weights": np.full(3, 1 / 3), "A": np.eye(2)}
+
+    args = {
+        "points": np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]),
+        "weights": np.full(3, 1 / 3),
+        "A": np.eye(2),
+    }
     args.update(kwargs)
     with pytest.raises(error, match=match):
         sinkhorn_potentials(**args)
@@ -598,7 +626,7 @@ def test_sinkhorn_reports_the_violation_of_the_plan_it_returns_when_out_of_itera
     A = np.array([[1.0, 0.3], [0.3, 0.8]]) if symmetric else np.array([[1.0, 0.9], [-0.4, 0.8]])
     f, g, log = sinkhorn_potentials(x, w, A, eps=0.5, tol=1e-12, max_iter=3)
     assert not log["converged"]
-    L = x @ A.T @ x.T / 0.5               # L_ij = <A x_i, x_j> / eps
+    L = x @ A.T @ x.T / 0.5  # L_ij = <A x_i, x_j> / eps
     logP = L + f[:, None] + g[None, :] + np.log(w)[:, None] + np.log(w)[None, :]
     rows = np.exp(logsumexp(logP, axis=1))
     cols = np.exp(logsumexp(logP, axis=0))

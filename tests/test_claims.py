@@ -15,7 +15,7 @@ from tpde_book.ledger import collect, slug
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHAPTER = textwrap.dedent('''\
+CHAPTER = textwrap.dedent("""\
     ---
     jupytext:
       text_representation: {extension: .md, format_name: myst}
@@ -38,13 +38,12 @@ CHAPTER = textwrap.dedent('''\
     assert True
     record("demo-two", "observed", "Nothing fails.", kind="consistency")
     ```
-    ''')
+    """)
 
 
 @pytest.fixture
 def book(tmp_path):
-    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n"
-                                       "  - file: chapters/one\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: chapters/one\n")
     (tmp_path / "chapters").mkdir()
     (tmp_path / "chapters" / "one.md").write_text(CHAPTER)
     return tmp_path
@@ -63,40 +62,54 @@ def test_a_record_is_a_glue_output_that_myst_nb_recognises():
     """Executed in a real kernel, record() leaves a hidden output MyST-NB reads as glue data."""
     from myst_nb.ext.glue import extract_glue_data
 
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("from tpde_book import record\n"
-                                  "record('demo-k', 'paper', 'A statement.', value=0.5)"),
-        nbformat.v4.new_code_cell("1 + 1"),
-    ])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from tpde_book import record\nrecord('demo-k', 'paper', 'A statement.', value=0.5)"
+            ),
+            nbformat.v4.new_code_cell("1 + 1"),
+        ]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     NotebookClient(nb, timeout=60, kernel_name="python3").execute()
     glue = extract_glue_data(nb, [0, 1], logger=None)
     assert list(glue) == [tpde_book.KEY_PREFIX + "demo-k"]
     payload = json.loads(glue[tpde_book.KEY_PREFIX + "demo-k"]["data"][tpde_book.MIME])
-    assert payload == {"key": "demo-k", "status": "paper", "statement": "A statement.",
-                       "value": "0.5", "claim": None, "kind": "test"}
+    assert payload == {
+        "key": "demo-k",
+        "status": "paper",
+        "statement": "A statement.",
+        "value": "0.5",
+        "claim": None,
+        "kind": "test",
+    }
     # the visible output is only the printed confirmation: the record itself is hidden
     assert [o["output_type"] for o in nb.cells[0].outputs] == ["stream"]
 
 
-@pytest.mark.parametrize("args, kwargs, match", [
-    (("Bad Key", "derived", "x"), {}, "key"),
-    (("ok-key", "proved", "x"), {}, "status"),
-    (("ok-key", "paper", "  "), {}, "statement"),
-    (("ok-key", "paper", "x"), {"claim": "C18"}, "claim"),
-    (("ok-key", "paper", "x"), {"kind": "evidence"}, "kind"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        (("Bad Key", "derived", "x"), {}, "key"),
+        (("ok-key", "proved", "x"), {}, "status"),
+        (("ok-key", "paper", "  "), {}, "statement"),
+        (("ok-key", "paper", "x"), {"claim": "C18"}, "claim"),
+        (("ok-key", "paper", "x"), {"kind": "evidence"}, "kind"),
+    ],
+)
 def test_record_rejects_bad_arguments(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         tpde_book.record(*args, **kwargs)
 
 
-@pytest.mark.parametrize("heading", [
-    "Section with $W_2$ math",
-    "The role of `x` and **bold**",
-    "Sinkhorn ↔ Bures–Wasserstein: a gradient flow?",
-])
+@pytest.mark.parametrize(
+    "heading",
+    [
+        "Section with $W_2$ math",
+        "The role of `x` and **bold**",
+        "Sinkhorn ↔ Bures–Wasserstein: a gradient flow?",
+    ],
+)
 def test_anchor_equals_the_slug_myst_computes(heading):
     # independent: MyST's own slug function applied to markdown-it's parse of the heading
     from markdown_it import MarkdownIt

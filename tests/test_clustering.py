@@ -14,6 +14,7 @@ finite = st.floats(-10, 10, allow_nan=False)
 
 # ---------------------------------------------------------------- cone geometry
 
+
 @given(st.lists(finite, min_size=3, max_size=3))
 @settings(max_examples=50, deadline=None)
 def test_from_3d_inverts_to_3d(x):
@@ -48,8 +49,7 @@ def test_cone_coordinates_give_the_eigenvalues():
 def test_init_grid_is_the_trace_one_grid_strictly_inside_the_disk():
     grid = pc.init_grid(12, 12, (-1, 1, -1, 1))
     # independent count with a plain double loop in the official order (u slow, w fast)
-    expected = [(u, w) for u in np.linspace(-1, 1, 12) for w in np.linspace(-1, 1, 12)
-                if 1 - u**2 > w**2]
+    expected = [(u, w) for u in np.linspace(-1, 1, 12) for w in np.linspace(-1, 1, 12) if 1 - u**2 > w**2]
     assert grid.shape == (len(expected), 2, 2)
     X = pc.to_3d(grid)
     np.testing.assert_allclose(X[:, :2], np.array(expected), atol=1e-14)
@@ -132,8 +132,9 @@ def test_phase_classification_matches_the_closed_form_for_V_identity():
     # independently from the eigenvalues of the 2x2 matrices.
     a = np.array([-0.8, -0.3, 0.0, 0.4])
     S0 = np.array([[0.6, 0.1], [0.1, 0.4]])
-    pd = cl.phase_diagram(a, a, np.eye(2), S0, theta=0.3, skew=0.2, horizon=1e4, n_times=2,
-                          rtol=1e-9, atol=1e-12)
+    pd = cl.phase_diagram(
+        a, a, np.eye(2), S0, theta=0.3, skew=0.2, horizon=1e4, n_times=2, rtol=1e-9, atol=1e-12
+    )
     R = np.array([[np.cos(0.3), -np.sin(0.3)], [np.sin(0.3), np.cos(0.3)]])
     w, U = np.linalg.eigh(S0)
     root = U @ np.diag(np.sqrt(w)) @ U.T
@@ -161,25 +162,33 @@ def test_classify_outcome_on_known_trajectories():
     blow = 1 / (1 - t / 200)[:, None, None] * np.eye(2)
     valid = np.ones((4, 51), bool)
     valid[3, 30:] = False
-    outcome, rank = cl.classify_outcome(np.stack([grow, to_line, to_zero, blow]),
-                                        [np.inf, np.inf, np.inf, 60.0], valid, rank_tol=2e-2)
+    outcome, rank = cl.classify_outcome(
+        np.stack([grow, to_line, to_zero, blow]), [np.inf, np.inf, np.inf, 60.0], valid, rank_tol=2e-2
+    )
     np.testing.assert_array_equal(outcome, [cl.GROWS, cl.CONVERGES, cl.CONVERGES, cl.BLOWS_UP])
     np.testing.assert_array_equal(rank, [-1, 1, 0, -1])
     # a member the solver stopped at its growth cap ("growth_limit", with only an extrapolated
     # time) grows; it is not a detected blow-up
-    outcome, _ = cl.classify_outcome(np.stack([grow, to_line, to_zero, blow]),
-                                     [80.0, np.inf, np.inf, 60.0], valid, rank_tol=2e-2,
-                                     status=["growth_limit", "ok", "ok", "blowup"])
+    outcome, _ = cl.classify_outcome(
+        np.stack([grow, to_line, to_zero, blow]),
+        [80.0, np.inf, np.inf, 60.0],
+        valid,
+        rank_tol=2e-2,
+        status=["growth_limit", "ok", "ok", "blowup"],
+    )
     np.testing.assert_array_equal(outcome, [cl.GROWS, cl.CONVERGES, cl.CONVERGES, cl.BLOWS_UP])
 
 
 # ---------------------------------------------------------------- general V
 
+
 def _rk4(A, V, S, h, n):
     """Plain RK4 for Sigma' = V S A S + (.)^T (independent of the library's integrators)."""
+
     def f(S):
         X = V @ S @ A @ S
         return X + X.T
+
     out = [S]
     for _ in range(n):
         k1 = f(S)
@@ -207,9 +216,9 @@ def test_general_lyapunov_matrix_decreases_for_diagonalisable_V_with_positive_ei
     assert np.linalg.eigvalsh(M)[0] > 0
     np.testing.assert_allclose(V @ M, (V @ M).T, atol=1e-12)
     L = cl.lyapunov(S, M)
-    assert np.diff(L).max() <= 1e-12 * L[0]   # RK4 error ~1e-13 per step here
+    assert np.diff(L).max() <= 1e-12 * L[0]  # RK4 error ~1e-13 per step here
     wrong = np.trace(np.linalg.solve(V, S), axis1=1, axis2=2)
-    assert np.diff(wrong).max() > 1e-6      # tr(V^{-1} S) is no Lyapunov function here
+    assert np.diff(wrong).max() > 1e-6  # tr(V^{-1} S) is no Lyapunov function here
 
 
 def test_lyapunov_matrix_is_V_for_symmetric_V():
@@ -262,14 +271,19 @@ def test_sign_condition_pairs_satisfy_it_and_are_normalised():
 def test_spd_counterexamples_blow_up_and_violate_the_true_condition():
     # every SPD counterexample must have lambda_max(A + A^T) > 0 (else the Lyapunov function
     # tr(V^{-1} S) would forbid blow-up); its blow-up time agrees with scipy's Radau
-    ce = cl.sign_condition_counterexamples("spd", d=2, margin=0.05, seed=0, n_candidates=60,
-                                           horizon=100.0)
+    ce = cl.sign_condition_counterexamples("spd", d=2, margin=0.05, seed=0, n_candidates=60, horizon=100.0)
     assert ce.hits.size >= 1
     assert np.all(ce.survey.va_max <= -0.05)
     assert np.all(ce.survey.sym_max[ce.hits] > 0)
     A, V, t_star = ce.example(0)
-    tr = tp.simulate_gaussian(tp.Softmax(A, V), tp.Gaussian(np.zeros(2), np.eye(2)),
-                              [0.0, 2 * t_star], method="Radau", rtol=1e-10, atol=1e-12)
+    tr = tp.simulate_gaussian(
+        tp.Softmax(A, V),
+        tp.Gaussian(np.zeros(2), np.eye(2)),
+        [0.0, 2 * t_star],
+        method="Radau",
+        rtol=1e-10,
+        atol=1e-12,
+    )
     assert tr.status == "blowup" and abs(tr.blowup_time / t_star - 1) < 1e-4
 
 
@@ -294,8 +308,14 @@ def test_stiff_members_are_finished_by_the_stiff_solver():
     A /= np.linalg.norm(A, 2, axis=(1, 2))[:, None, None]
     sv = cl.blowup_survey(A, V, np.eye(2), horizon=50.0, rtol=1e-6, atol=1e-9)
     for b in range(0, 40, 7):
-        tr = tp.simulate_gaussian(tp.Softmax(A[b], V[b]), tp.Gaussian(np.zeros(2), np.eye(2)),
-                                  [0.0, 50.0], method="Radau", rtol=1e-8, atol=1e-10)
+        tr = tp.simulate_gaussian(
+            tp.Softmax(A[b], V[b]),
+            tp.Gaussian(np.zeros(2), np.eye(2)),
+            [0.0, 50.0],
+            method="Radau",
+            rtol=1e-8,
+            atol=1e-10,
+        )
         assert (tr.status == "blowup") == sv.blows_up[b]
 
 
@@ -309,8 +329,7 @@ def test_spd_V_with_positive_definite_symmetric_part_blows_up_before_the_lyapuno
     W = rng.standard_normal((n, d, d))
     A = G @ np.swapaxes(G, 1, 2) / d + 0.1 * np.eye(d) + (W - np.swapaxes(W, 1, 2))
     S0 = cl.random_value_matrices(rng, n, d, "spd")
-    c = (np.linalg.eigvalsh(A + np.swapaxes(A, 1, 2))[:, 0]
-         * np.linalg.eigvalsh(V)[:, 0] ** 2 / d)
+    c = np.linalg.eigvalsh(A + np.swapaxes(A, 1, 2))[:, 0] * np.linalg.eigvalsh(V)[:, 0] ** 2 / d
     t_max = 1.0 / (c * cl.lyapunov(S0, V))
     sv = cl.blowup_survey(A, V, S0, horizon=float(1.5 * t_max.max()))
     assert sv.blows_up.all()
@@ -319,6 +338,7 @@ def test_spd_V_with_positive_definite_symmetric_part_blows_up_before_the_lyapuno
 
 
 # ---- input policy and the stiff re-solve (issue 28) -------------------------------------------
+
 
 def test_survey_resolves_members_the_batch_left_with_max_steps_or_step_underflow(monkeypatch):
     # the batched solver may end a stiff member with "max_steps" or "step_underflow": the survey
@@ -343,9 +363,15 @@ def test_survey_resolves_members_the_batch_left_with_max_steps_or_step_underflow
     V = np.stack([np.eye(2)] * 3)
     sv = cl.blowup_survey(A, V, np.eye(2), horizon=2.0)
     assert sv.status.tolist() == ["blowup", "ok", "blowup"]
-    for b in (0, 2):   # Sigma' = 2 Sigma^2 on the positive direction: t* = 1/2
-        direct = tp.simulate_gaussian(tp.Softmax(A[b], V[b]), tp.Gaussian(np.zeros(2), np.eye(2)),
-                                      [0.0, 2.0], method="LSODA", rtol=1e-8, atol=1e-10)
+    for b in (0, 2):  # Sigma' = 2 Sigma^2 on the positive direction: t* = 1/2
+        direct = tp.simulate_gaussian(
+            tp.Softmax(A[b], V[b]),
+            tp.Gaussian(np.zeros(2), np.eye(2)),
+            [0.0, 2.0],
+            method="LSODA",
+            rtol=1e-8,
+            atol=1e-10,
+        )
         assert sv.blowup_time[b] == pytest.approx(direct.blowup_time, rel=1e-12)
         assert sv.blowup_time[b] == pytest.approx(0.5, rel=1e-3)
 
@@ -354,20 +380,20 @@ def test_clustering_helpers_reject_singular_jordan_and_indefinite_inputs():
     I2 = np.eye(2)
     sing = np.array([[1.0, 1.0], [1.0, 1.0]])
     with pytest.raises(ValueError, match="V must be invertible"):
-        cl.lyapunov(I2, sing)          # was numpy's bare "Singular matrix"
+        cl.lyapunov(I2, sing)  # was numpy's bare "Singular matrix"
     with pytest.raises(ValueError, match="V must be diagonalisable"):
-        cl.lyapunov_matrix(np.array([[1.0, 1.0], [0.0, 1.0]]))   # Jordan block: was singular M
+        cl.lyapunov_matrix(np.array([[1.0, 1.0], [0.0, 1.0]]))  # Jordan block: was singular M
     with pytest.raises(ValueError, match="P must be invertible"):
         cl.congruence(I2, I2, sing)
     with pytest.raises(ValueError, match="V must be invertible"):
         cl.pairs_with_sign_condition(np.random.default_rng(0), sing[None])
     with pytest.raises(ValueError, match="cov0 must hold symmetric positive semi-definite"):
-        cl.blowup_time_lower_bound(I2, I2, -I2)   # was a negative time bound, -0.5
+        cl.blowup_time_lower_bound(I2, I2, -I2)  # was a negative time bound, -0.5
     # a vanishing covariance never blows up: the bound is inf, not a division warning
     assert cl.blowup_time_lower_bound(I2, I2, 0 * I2) == np.inf
     cov = np.broadcast_to(I2, (2, 3, 2, 2))
     with pytest.raises(ValueError, match="blowup_time must hold times >= 0 or inf"):
-        cl.classify_outcome(cov, [np.nan, np.inf])   # a NaN time was counted as no blow-up
+        cl.classify_outcome(cov, [np.nan, np.inf])  # a NaN time was counted as no blow-up
     with pytest.raises(ValueError, match="blowup_time"):
         cl.classify_outcome(cov, [-1.0, np.inf])
     with pytest.raises(TypeError, match="valid must be a bool array"):

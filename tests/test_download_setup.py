@@ -65,8 +65,13 @@ def test_installs_only_when_the_version_differs(monkeypatch):
     assert run_setup(source, same, monkeypatch=monkeypatch) == []
     older = {"tpde_lib": "0.9.0", "tpde_book": tpde_lib.__version__}
     magics = run_setup(source, older, monkeypatch=monkeypatch)
-    assert magics == [("pip", f'install --quiet "tpde_lib[widgets] @ git+{URL}@{SHA}" '
-                              f'"tpde_book @ git+{URL}@{SHA}#subdirectory=_ext"')]
+    assert magics == [
+        (
+            "pip",
+            f'install --quiet "tpde_lib[widgets] @ git+{URL}@{SHA}" '
+            f'"tpde_book @ git+{URL}@{SHA}#subdirectory=_ext"',
+        )
+    ]
     assert len(run_setup(source, {}, monkeypatch=monkeypatch)) == 1  # nothing installed
 
 
@@ -85,8 +90,9 @@ def test_build_ref_is_the_tag_on_a_release_and_the_commit_otherwise(tmp_path):
     (tmp_path / "f").write_text("x")
     git("add", "f")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     assert ds.build_ref(tmp_path, "1.0.0") == head
     git("tag", "v1.0.0")
     assert ds.build_ref(tmp_path, "1.0.0") == "v1.0.0"
@@ -96,7 +102,8 @@ def test_build_ref_is_the_tag_on_a_release_and_the_commit_otherwise(tmp_path):
 def test_colab_opens_the_notebooks_branch():
     assert ds.colab_url(URL, "chapters/01_transformer_pde") == (
         "https://colab.research.google.com/github/tpde-book/transformer-pde/blob/notebooks/"
-        "chapters/01_transformer_pde.ipynb")
+        "chapters/01_transformer_pde.ipynb"
+    )
     assert ds.colab_url("https://gitlab.com/a/b", "x") is None
 
 

@@ -18,8 +18,8 @@ from tpde_lib.attention import Linear, Sinkhorn, Softmax, Unnormalised
 from tpde_lib.measures import Empirical, Gaussian
 from tpde_lib.transport import bures_wasserstein, wasserstein
 
-A_SYM = np.array([[0.8, 0.3], [0.3, -0.5]])      # symmetric, indefinite
-A_GEN = np.array([[0.7, -0.4], [0.9, 0.2]])      # not symmetric
+A_SYM = np.array([[0.8, 0.3], [0.3, -0.5]])  # symmetric, indefinite
+A_GEN = np.array([[0.7, -0.4], [0.9, 0.2]])  # not symmetric
 COV = np.array([[0.6, 0.2], [0.2, 0.3]])
 I2 = np.eye(2)
 
@@ -53,6 +53,7 @@ def _grid_gaussian(cov, n_side, width=6.0):
 # the entropic self-transport energy F = 1/2 OT_eps(mu, mu)
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("A", [A_SYM, A_GEN])
 def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
     # energy.sinkhorn_energy solves with POT; the attention class has its own log-domain solver
@@ -63,15 +64,15 @@ def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
     mu, eps = Empirical(X, w), 0.7
     plan = Sinkhorn(A, I2, eps=eps, tol=1e-13).plan(mu)
     # both solvers stop at marginal violation <= 1e-12: value error of that order
-    assert en.sinkhorn_energy(mu, A, eps) == pytest.approx(_primal_value(plan, X, w, A, eps),
-                                                           abs=1e-10)
+    assert en.sinkhorn_energy(mu, A, eps) == pytest.approx(_primal_value(plan, X, w, A, eps), abs=1e-10)
 
 
 def test_sinkhorn_energy_of_a_dirac_is_half_the_cost():
     # the only coupling of delta_x with itself is delta_(x,x): KL = 0, F = -<Ax, x>/2
     x = np.array([[0.4, -1.1]])
     assert en.sinkhorn_energy(Empirical(x), A_GEN, 0.3) == pytest.approx(
-        -0.5 * x[0] @ A_GEN @ x[0], abs=1e-12)
+        -0.5 * x[0] @ A_GEN @ x[0], abs=1e-12
+    )
 
 
 def test_sinkhorn_energy_shifts_by_linear_terms_under_translation():
@@ -81,8 +82,7 @@ def test_sinkhorn_energy_shifts_by_linear_terms_under_translation():
     mu = Empirical(rng.standard_normal((25, 2)))
     v, m = np.array([0.7, -0.3]), mu.mean()
     shifted = en.sinkhorn_energy(Empirical(mu.points + v), A_GEN, 0.8)
-    expected = en.sinkhorn_energy(mu, A_GEN, 0.8) - 0.5 * (v @ A_GEN @ m + m @ A_GEN @ v
-                                                            + v @ A_GEN @ v)
+    expected = en.sinkhorn_energy(mu, A_GEN, 0.8) - 0.5 * (v @ A_GEN @ m + m @ A_GEN @ v + v @ A_GEN @ v)
     assert shifted == pytest.approx(expected, abs=1e-10)
 
 
@@ -91,10 +91,11 @@ def test_gaussian_sinkhorn_energy_matches_quantised_gaussian_in_1d(sigma2, a, ep
     # a 1-D Gaussian quantised on 200 grid points (spacing 0.08 sigma): the trapezoid rule is
     # spectrally accurate for these smooth integrands; observed agreement ~1e-13
     x = np.linspace(-8, 8, 200) * np.sqrt(sigma2)
-    w = np.exp(-x ** 2 / (2 * sigma2))
+    w = np.exp(-(x**2) / (2 * sigma2))
     mu = Empirical(x[:, None], w / w.sum())
     assert en.sinkhorn_energy(mu, [[a]], eps) == pytest.approx(
-        en.sinkhorn_energy_gaussian(mu.cov(), [[a]], eps), abs=1e-9)
+        en.sinkhorn_energy_gaussian(mu.cov(), [[a]], eps), abs=1e-9
+    )
 
 
 def test_gaussian_sinkhorn_energy_matches_quantised_gaussian_in_2d():
@@ -114,8 +115,7 @@ def test_gaussian_sinkhorn_energy_equals_its_log_det_form(A):
     G = gaussian.sinkhorn_gain(A / eps, COV) @ np.linalg.inv(COV)
     logdet = np.linalg.slogdet(COV)[1] - np.linalg.slogdet(COV - G @ COV @ G.T)[1]
     expected = 0.5 * (-np.trace(A @ COV @ G.T) + 0.5 * eps * logdet) - 0.5 * alpha @ A @ alpha
-    assert en.sinkhorn_energy_gaussian(COV, A, eps, mean=alpha) == pytest.approx(expected,
-                                                                                 abs=1e-12)
+    assert en.sinkhorn_energy_gaussian(COV, A, eps, mean=alpha) == pytest.approx(expected, abs=1e-12)
 
 
 def _gain(cov, A, eps):
@@ -144,16 +144,16 @@ def test_gaussian_energy_gradient_matches_finite_differences(A, eps):
             E = np.zeros((2, 2))
             E[i, j] += 0.5
             E[j, i] += 0.5
-            fd[i, j] = (en.sinkhorn_energy_gaussian(COV + h * E, A, eps)
-                        - en.sinkhorn_energy_gaussian(COV - h * E, A, eps)) / (2 * h)
+            fd[i, j] = (
+                en.sinkhorn_energy_gaussian(COV + h * E, A, eps)
+                - en.sinkhorn_energy_gaussian(COV - h * E, A, eps)
+            ) / (2 * h)
     assert np.allclose(grad, fd, atol=1e-8)
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2 ** 32 - 1), d=st.integers(1, 3), eps=st.floats(0.2, 3.0),
-       symmetric=st.booleans())
-def test_gaussian_energy_gradient_matches_finite_differences_for_random_inputs(seed, d, eps,
-                                                                                symmetric):
+@given(seed=st.integers(0, 2**32 - 1), d=st.integers(1, 3), eps=st.floats(0.2, 3.0), symmetric=st.booleans())
+def test_gaussian_energy_gradient_matches_finite_differences_for_random_inputs(seed, d, eps, symmetric):
     # random well-conditioned Sigma (eigenvalues in [0.1, 2]) and A (entries in [-2, 2]); the
     # directional derivative along a random symmetric direction by central differences
     # (h = 1e-5: truncation h^2 x third derivative plus round-off, about 1e-9 at these scales)
@@ -166,19 +166,19 @@ def test_gaussian_energy_gradient_matches_finite_differences_for_random_inputs(s
     D = rng.standard_normal((d, d))
     D = D + D.T
     h = 1e-5
-    fd = (en.sinkhorn_energy_gaussian(S + h * D, A, eps)
-          - en.sinkhorn_energy_gaussian(S - h * D, A, eps)) / (2 * h)
+    fd = (en.sinkhorn_energy_gaussian(S + h * D, A, eps) - en.sinkhorn_energy_gaussian(S - h * D, A, eps)) / (
+        2 * h
+    )
     grad = en.sinkhorn_energy_gradient_gaussian(S, A, eps)
     assert np.sum(grad * D) == pytest.approx(fd, abs=1e-7)
-    if symmetric:     # and the Bures-Wasserstein flow is the Sinkhorn ODE with V = A
+    if symmetric:  # and the Bures-Wasserstein flow is the Sinkhorn ODE with V = A
         _, dcov = gaussian.sinkhorn_rhs(A, A, eps, np.zeros(d), S)
         assert np.allclose(dcov, en.bures_wasserstein_gradient_flow_rhs(S, A, eps), atol=1e-10)
 
 
 def test_gaussian_energy_gradient_is_minus_half_A_G_for_symmetric_A():
     G = _gain(COV, A_SYM, 0.9)
-    assert np.allclose(en.sinkhorn_energy_gradient_gaussian(COV, A_SYM, 0.9), -0.5 * A_SYM @ G,
-                       atol=1e-13)
+    assert np.allclose(en.sinkhorn_energy_gradient_gaussian(COV, A_SYM, 0.9), -0.5 * A_SYM @ G, atol=1e-13)
 
 
 @pytest.mark.parametrize("eps", [1.0, 0.4])
@@ -198,8 +198,10 @@ def test_sinkhorn_particle_energy_dissipates_at_the_rate_minus_mean_squared_velo
     att = Sinkhorn(A_SYM, A_SYM, eps=eps, tol=1e-12)
     field = lambda x: att.velocity(mu.with_points(x))
     up, down = _rk4(field, mu.points, h), _rk4(field, mu.points, -h)
-    rate = (en.sinkhorn_energy(mu.with_points(up), A_SYM, eps)
-            - en.sinkhorn_energy(mu.with_points(down), A_SYM, eps)) / (2 * h)
+    rate = (
+        en.sinkhorn_energy(mu.with_points(up), A_SYM, eps)
+        - en.sinkhorn_energy(mu.with_points(down), A_SYM, eps)
+    ) / (2 * h)
     expected = -en.dissipation(mu, field(mu.points))
     assert rate < 0
     assert rate == pytest.approx(expected, rel=1e-5)
@@ -236,14 +238,14 @@ def test_gaussian_sinkhorn_energy_dissipates_at_the_rate_minus_mean_squared_velo
 # the interaction energy E of unnormalised attention, softmax, mobility
 # ---------------------------------------------------------------------------------------------
 
+
 def test_interaction_energy_matches_the_naive_double_sum(monkeypatch):
     rng = np.random.default_rng(3)
     X = rng.standard_normal((40, 2))
     w = rng.uniform(size=40)
     w /= w.sum()
-    naive = 0.5 * sum(w[i] * w[j] * np.exp(X[j] @ A_GEN @ X[i])
-                      for i in range(40) for j in range(40))
-    monkeypatch.setattr(en._particles, "_BLOCK_ROWS", 7)           # several row blocks, a ragged last one
+    naive = 0.5 * sum(w[i] * w[j] * np.exp(X[j] @ A_GEN @ X[i]) for i in range(40) for j in range(40))
+    monkeypatch.setattr(en._particles, "_BLOCK_ROWS", 7)  # several row blocks, a ragged last one
     assert en.interaction_energy(Empirical(X, w), A_GEN) == pytest.approx(naive, rel=1e-12)
     Z = en.partition_function(Empirical(X, w), A_GEN)
     assert np.allclose(Z, np.exp(X @ A_GEN.T @ X.T) @ w, rtol=1e-12)
@@ -258,11 +260,11 @@ def test_gaussian_interaction_energy_matches_gauss_hermite_quadrature_in_1d():
     for s, a, m in [(0.3, -1.0, 0.8), (0.2, 1.5, -0.4)]:
         x = m + np.sqrt(s) * nodes
         quad = 0.5 * wts @ np.exp(a * np.outer(x, x)) @ wts
-        assert en.interaction_energy_gaussian([[s]], [[a]], mean=[m]) == pytest.approx(quad,
-                                                                                     rel=1e-10)
+        assert en.interaction_energy_gaussian([[s]], [[a]], mean=[m]) == pytest.approx(quad, rel=1e-10)
     s, m = 0.3, 0.8
     assert en.interaction_energy_gaussian([[s]], [[-1.0]], mean=[m]) == pytest.approx(
-        0.5 * (1 - s ** 2) ** -0.5 * np.exp(-m ** 2 / (1 + s)), rel=1e-12)
+        0.5 * (1 - s**2) ** -0.5 * np.exp(-(m**2) / (1 + s)), rel=1e-12
+    )
 
 
 def test_gaussian_interaction_energy_matches_monte_carlo_in_2d():
@@ -316,8 +318,10 @@ def test_interaction_energy_dissipates_at_the_twisted_rate(variant):
     mu, h = Empirical(0.8 * rng.standard_normal((30, 2))), 1e-4
     att = Unnormalised(A, V) if variant == "unnormalised" else Softmax(A, V)
     field = lambda x: att.velocity(mu.with_points(x))
-    rate = (en.interaction_energy(mu.with_points(_rk4(field, mu.points, h)), A)
-            - en.interaction_energy(mu.with_points(_rk4(field, mu.points, -h)), A)) / (2 * h)
+    rate = (
+        en.interaction_energy(mu.with_points(_rk4(field, mu.points, h)), A)
+        - en.interaction_energy(mu.with_points(_rk4(field, mu.points, -h)), A)
+    ) / (2 * h)
     rho = None if variant == "unnormalised" else en.partition_function(mu, A)
     expected = -en.dissipation(mu, field(mu.points), P, rho)
     assert rate == pytest.approx(expected, rel=1e-5)
@@ -341,14 +345,17 @@ def test_sinkhorn_gaussian_flow_with_mobility_dissipates_in_the_twisted_bw_metri
     Pinv = np.linalg.inv(P)
     diss = b @ Pinv @ b + np.trace(Pinv @ M @ COV @ M.T)
     assert rate == pytest.approx(-diss, rel=1e-7)
-    speed = transport.twisted_bures_wasserstein(Gaussian(alpha, COV),
-                                         Gaussian(up[:2], up[2:].reshape(2, 2)), P) / h
+    speed = (
+        transport.twisted_bures_wasserstein(Gaussian(alpha, COV), Gaussian(up[:2], up[2:].reshape(2, 2)), P)
+        / h
+    )
     assert speed == pytest.approx(np.sqrt(diss), rel=1e-3)
 
 
 # ---------------------------------------------------------------------------------------------
 # gradient-flow witness: symmetry of the velocity Jacobian
 # ---------------------------------------------------------------------------------------------
+
 
 def test_velocity_jacobian_matches_the_analytic_jacobian_of_linear_attention():
     # Gamma_i = V M A x_i with M = sum_j w_j x_j x_j^T:
@@ -366,7 +373,7 @@ def test_velocity_jacobian_matches_the_analytic_jacobian_of_linear_attention():
             block = w[j] * ((X[j] @ u) * np.eye(d) + np.outer(X[j], u))
             if i == j:
                 block = block + M @ A_GEN
-            J[i * d:(i + 1) * d, j * d:(j + 1) * d] = V @ block
+            J[i * d : (i + 1) * d, j * d : (j + 1) * d] = V @ block
     # Gamma is cubic in X: central-difference error h^2 |Gamma'''| / 6 ~ 1e-8 at h = 1e-4
     assert np.allclose(en.velocity_jacobian(Linear(A_GEN, V), Empirical(X)), J, atol=1e-7)
 
@@ -376,8 +383,11 @@ def test_softmax_is_not_a_w2_gradient_flow_while_unnormalised_and_sinkhorn_are()
     # The finite-difference error is estimated by comparing steps h and 2h.
     rng = np.random.default_rng(7)
     mu = Empirical(rng.standard_normal((8, 2)))
-    cases = {"softmax": Softmax(-I2, I2), "unnormalised": Unnormalised(-I2, I2),
-             "sinkhorn": Sinkhorn(A_SYM, A_SYM, eps=0.7, tol=1e-13)}
+    cases = {
+        "softmax": Softmax(-I2, I2),
+        "unnormalised": Unnormalised(-I2, I2),
+        "sinkhorn": Sinkhorn(A_SYM, A_SYM, eps=0.7, tol=1e-13),
+    }
     defects, fd_errors = {}, {}
     for name, att in cases.items():
         J1 = en.velocity_jacobian(att, mu, 1e-4)
@@ -386,7 +396,7 @@ def test_softmax_is_not_a_w2_gradient_flow_while_unnormalised_and_sinkhorn_are()
         fd_errors[name] = np.linalg.norm(J1 - J2) / np.linalg.norm(J1)
     fd = max(fd_errors.values())
     assert fd < 1e-6
-    assert defects["softmax"] > 1e4 * fd                  # observed ~0.5 vs ~1e-8
+    assert defects["softmax"] > 1e4 * fd  # observed ~0.5 vs ~1e-8
     assert defects["unnormalised"] < 10 * fd + 1e-7
     assert defects["sinkhorn"] < 10 * fd + 1e-7
 
@@ -402,6 +412,7 @@ def test_unnormalised_jacobian_is_symmetric_only_with_its_mobility():
 # ---------------------------------------------------------------------------------------------
 # twisted metric, Bures-Wasserstein geodesics, non-convexity witnesses
 # ---------------------------------------------------------------------------------------------
+
 
 def test_twisted_wasserstein_is_w2_after_the_change_of_variables():
     rng = np.random.default_rng(9)
@@ -451,10 +462,10 @@ def test_squared_distance_from_the_start_grows_as_s_squared_along_a_geodesic():
     dist2 = lambda m, S: bures_wasserstein(g0, Gaussian(m, S)) ** 2
     vals = en.energy_along_geodesic(dist2, g0, g1, s)
     total = bures_wasserstein(g0, g1) ** 2
-    assert np.allclose(vals, s ** 2 * total, atol=1e-10)
+    assert np.allclose(vals, s**2 * total, atol=1e-10)
     assert np.allclose(en.second_differences(vals, s), 2 * total, atol=1e-6)
     with pytest.raises(ValueError, match="uniformly"):
-        en.second_differences(vals, s ** 2)
+        en.second_differences(vals, s**2)
 
 
 def test_interaction_energy_is_not_convex_along_a_translation_geodesic():
@@ -462,12 +473,12 @@ def test_interaction_energy_is_not_convex_along_a_translation_geodesic():
     # has second difference < 0 at s = 0; check on the closed form and on particles
     S, v, ds = 0.2 * I2, np.array([1.0, 0.0]), 0.05
     vals = [en.interaction_energy_gaussian(S, -I2, mean=s * v) for s in (-ds, 0.0, ds)]
-    second = (vals[0] - 2 * vals[1] + vals[2]) / ds ** 2
-    exact = 0.5 / (1 - 0.04) * (-2 / 1.2)                  # d^2/ds^2 at s = 0
-    assert second == pytest.approx(exact, rel=1e-2)        # O(ds^2) difference error
+    second = (vals[0] - 2 * vals[1] + vals[2]) / ds**2
+    exact = 0.5 / (1 - 0.04) * (-2 / 1.2)  # d^2/ds^2 at s = 0
+    assert second == pytest.approx(exact, rel=1e-2)  # O(ds^2) difference error
     pts = Gaussian([0, 0], S).sample(200, seed=11).points
     part = [en.interaction_energy(Empirical(pts + s * v), -I2) for s in (-ds, 0.0, ds)]
-    assert (part[0] - 2 * part[1] + part[2]) / ds ** 2 < -0.5
+    assert (part[0] - 2 * part[1] + part[2]) / ds**2 < -0.5
 
 
 def test_bad_arguments_raise_named_errors():
@@ -488,6 +499,7 @@ def test_bad_arguments_raise_named_errors():
 # twisted geodesics, the softmax metric, finite-difference witnesses
 # ---------------------------------------------------------------------------------------------
 
+
 def test_twisted_geodesic_is_the_p_half_image_of_the_bw_geodesic_of_the_images():
     # independent construction with scipy's sqrtm: P^(1/2) geodesic(P^(-1/2) g0, P^(-1/2) g1)
     P = np.array([[2.0, 0.3], [0.3, 0.5]])
@@ -497,7 +509,8 @@ def test_twisted_geodesic_is_the_p_half_image_of_the_bw_geodesic_of_the_images()
     s = np.linspace(0, 1, 7)
     means, covs = transport.twisted_bures_wasserstein_geodesic(g0, g1, P, s)
     m_ref, c_ref = transport.bures_wasserstein_geodesic(
-        Gaussian(Ri @ g0.mean, Ri @ g0.cov @ Ri), Gaussian(Ri @ g1.mean, Ri @ g1.cov @ Ri), s)
+        Gaussian(Ri @ g0.mean, Ri @ g0.cov @ Ri), Gaussian(Ri @ g1.mean, Ri @ g1.cov @ Ri), s
+    )
     assert np.allclose(means, m_ref @ R.T, atol=1e-12)
     assert np.allclose(covs, R @ c_ref @ R.T, atol=1e-12)
     assert np.allclose(covs[-1], g1.cov, atol=1e-12)
@@ -537,7 +550,7 @@ def test_gaussian_metric_matches_gauss_hermite_quadrature(weighted):
     # (and Z itself) by a 40 x 40 product rule: polynomial times e^{quadratic} with
     # ||S^1/2 A S^1/2|| = 0.3, converged to round-off
     g = Gaussian([0.3, -0.2], [[0.4, 0.1], [0.1, 0.3]])
-    A = np.array([[-0.6, 0.35], [0.05, -0.5]])         # not symmetric: A and A^T differ
+    A = np.array([[-0.6, 0.35], [0.05, -0.5]])  # not symmetric: A and A^T differ
     P = np.array([[1.5, -0.5], [-0.5, 0.8]])
     rng = np.random.default_rng(12)
     u1 = (rng.standard_normal(2), rng.standard_normal((2, 2)))
@@ -574,9 +587,8 @@ def test_configuration_gradient_matches_the_analytic_gradient_of_a_quadratic():
     # round-off for a quadratic
     rng = np.random.default_rng(14)
     mu = Empirical(rng.standard_normal((5, 3)))
-    fun = lambda m: 0.5 * np.sum(m.weights * np.sum(m.points ** 2, axis=1))
-    assert np.allclose(en.configuration_gradient(fun, mu), mu.weights[:, None] * mu.points,
-                       atol=1e-9)
+    fun = lambda m: 0.5 * np.sum(m.weights * np.sum(m.points**2, axis=1))
+    assert np.allclose(en.configuration_gradient(fun, mu), mu.weights[:, None] * mu.points, atol=1e-9)
 
 
 def test_frobenius_gradient_of_log_det_is_the_inverse():
@@ -596,8 +608,12 @@ def test_geodesic_convexity_search_counts_a_concave_and_a_convex_energy():
         pairs.append((Gaussian([0, 0], X @ X.T + 0.1 * I2), Gaussian([1, 0], Y @ Y.T + 0.1 * I2)))
     g_ref = pairs[0][0]
     res = en.search_geodesic_convexity(
-        {"+": lambda m, S: bures_wasserstein(g_ref, Gaussian(m, S)) ** 2,
-         "-": lambda m, S: -bures_wasserstein(g_ref, Gaussian(m, S)) ** 2}, pairs[:1])
+        {
+            "+": lambda m, S: bures_wasserstein(g_ref, Gaussian(m, S)) ** 2,
+            "-": lambda m, S: -(bures_wasserstein(g_ref, Gaussian(m, S)) ** 2),
+        },
+        pairs[:1],
+    )
     assert res.n_geodesics == 1 and res.n_nonconvex == {"+": 0, "-": 1}
     with pytest.raises(TypeError, match="energies"):
         en.search_geodesic_convexity([], pairs)
@@ -617,6 +633,7 @@ def test_dissipation_is_the_weighted_sum_written_out():
 
 # ---- extreme scales (issue 28) -----------------------------------------------------------------
 
+
 def _second_order_sinkhorn_energy(X, A):
     """(F_0, F_1): F = F_0 - F_1 / eps + O(eps^-2) as eps -> inf, for uniform weights.
 
@@ -627,7 +644,7 @@ def _second_order_sinkhorn_energy(X, A):
     w = np.full(n, 1.0 / n)
     C = -((X @ A.T) @ X.T)
     Ct = C - (C @ w)[:, None] - (w @ C)[None, :] + w @ C @ w
-    return 0.5 * (w @ C @ w), 0.25 * (w @ (Ct ** 2) @ w)
+    return 0.5 * (w @ C @ w), 0.25 * (w @ (Ct**2) @ w)
 
 
 @pytest.mark.parametrize("eps", [1e8, 1e12, 1e16, 1e100, 1e250])
@@ -662,16 +679,17 @@ def test_gaussian_sinkhorn_energy_gradient_and_flow_at_extreme_scales(scale):
     S = scale * np.eye(2)
     sig = [np.longdouble(scale) * np.longdouble(abs(x)) / np.longdouble(eps) for x in a]
     F_ref = np.longdouble(eps) / 2 * sum(_h_longdouble(x) for x in sig)
-    phi = [2 / (1 + np.sqrt(1 + 4 * x ** 2)) for x in sig]
-    g_ref = [-(np.longdouble(scale) / (2 * np.longdouble(eps))) * np.longdouble(x) ** 2 * p
-             for x, p in zip(a, phi)]
+    phi = [2 / (1 + np.sqrt(1 + 4 * x**2)) for x in sig]
+    g_ref = [
+        -(np.longdouble(scale) / (2 * np.longdouble(eps))) * np.longdouble(x) ** 2 * p for x, p in zip(a, phi)
+    ]
     grad_ref = (Q * np.array(g_ref, dtype=float)) @ Q.T
     F = en.sinkhorn_energy_gaussian(S, A, eps)
     grad = en.sinkhorn_energy_gradient_gaussian(S, A, eps)
     flow = en.bures_wasserstein_gradient_flow_rhs(S, A, eps)
     assert F == pytest.approx(float(F_ref), rel=1e-13)
     np.testing.assert_allclose(grad, grad_ref, rtol=1e-13, atol=1e-14 * np.abs(grad_ref).max())
-    flow_ref = -4.0 * scale * grad_ref   # -2 (grad S + S grad) with S = scale I
+    flow_ref = -4.0 * scale * grad_ref  # -2 (grad S + S grad) with S = scale I
     np.testing.assert_allclose(flow, flow_ref, rtol=1e-13, atol=1e-14 * np.abs(flow_ref).max())
 
 
@@ -682,7 +700,8 @@ def test_gaussian_sinkhorn_energy_scaling_law_for_a_nonsymmetric_A():
     S = np.array([[1.0, 0.3], [0.3, 0.5]])
     for c in (1e200, 1e-200):
         assert en.sinkhorn_energy_gaussian(c * S, A, 1.0) == pytest.approx(
-            c * en.sinkhorn_energy_gaussian(S, A, 1.0 / c), rel=1e-13)
+            c * en.sinkhorn_energy_gaussian(S, A, 1.0 / c), rel=1e-13
+        )
 
 
 def _lse_longdouble(v):
@@ -704,8 +723,7 @@ def test_log_energies_are_finite_where_the_scores_are():
     logw = np.log(w.astype(np.longdouble))
     lz_ref = np.array([_lse_longdouble(L[i] + logw) for i in range(3)])
     le_ref = np.log(np.longdouble(0.5)) + _lse_longdouble(lz_ref + logw)
-    np.testing.assert_allclose(en.partition_function(mu, A, log=True), lz_ref.astype(float),
-                               rtol=1e-15)
+    np.testing.assert_allclose(en.partition_function(mu, A, log=True), lz_ref.astype(float), rtol=1e-15)
     assert en.interaction_energy(mu, A, log=True) == pytest.approx(float(le_ref), rel=1e-15)
     # scores beyond the float range: log E is not representable either, say so
     with pytest.raises(FloatingPointError, match="exceed the float range"):
@@ -730,6 +748,7 @@ def test_stable_gaussian_sinkhorn_formulas_agree_with_the_plain_ones_at_ordinary
         def phi(X):
             mu, W = eigh(X)
             return (W * (2 / (1 + np.sqrt(1 + 4 * np.clip(mu, 0, None))))) @ W.T
+
         G = -0.25 * eps * (B.T @ R @ phi(M @ M.T) @ R @ B + B @ R @ phi(M.T @ M) @ R @ B.T)
         return F, 0.5 * (G + G.T)
 
@@ -742,5 +761,9 @@ def test_stable_gaussian_sinkhorn_formulas_agree_with_the_plain_ones_at_ordinary
         eps = float(rng.uniform(0.2, 5.0))
         F_ref, G_ref = plain(S, A, eps)
         assert en.sinkhorn_energy_gaussian(S, A, eps) == pytest.approx(F_ref, rel=1e-13)
-        np.testing.assert_allclose(en.sinkhorn_energy_gradient_gaussian(S, A, eps), G_ref,
-                                   rtol=1e-13, atol=1e-13 * np.abs(G_ref).max())
+        np.testing.assert_allclose(
+            en.sinkhorn_energy_gradient_gaussian(S, A, eps),
+            G_ref,
+            rtol=1e-13,
+            atol=1e-13 * np.abs(G_ref).max(),
+        )

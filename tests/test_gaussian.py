@@ -92,8 +92,7 @@ def test_scalar_closed_form_solves_the_scalar_ode():
     s0, a, v = 0.7, 0.4, -1.3
     ts = np.linspace(0.1, 3, 9)
     eps = 1e-5
-    deriv = (scalar_closed_form(s0, a, v, ts + eps) - scalar_closed_form(s0, a, v, ts - eps)) / (
-        2 * eps)
+    deriv = (scalar_closed_form(s0, a, v, ts + eps) - scalar_closed_form(s0, a, v, ts - eps)) / (2 * eps)
     assert np.allclose(deriv, 2 * v * a * scalar_closed_form(s0, a, v, ts) ** 2, rtol=1e-7)
     with pytest.raises(ValueError, match="blow-up time"):
         scalar_closed_form(1.0, 1.0, 1.0, [0.0, 0.5])
@@ -136,8 +135,9 @@ def test_blowup_time_is_accurate_to_1e_minus_3_on_50_random_cases():
         if not np.isfinite(t_star):
             A = A + (abs(np.linalg.eigvalsh(A + A.T).min()) + 0.5) * np.eye(d)
             t_star = _blowup_time_direct(S0, A)
-        tr = simulate_gaussian(Softmax(A, np.eye(d)), Gaussian(rng.standard_normal(d), S0),
-                               np.linspace(0, 2 * t_star, 5))
+        tr = simulate_gaussian(
+            Softmax(A, np.eye(d)), Gaussian(rng.standard_normal(d), S0), np.linspace(0, 2 * t_star, 5)
+        )
         assert tr.status == "blowup"
         errs.append(abs(tr.blowup_time - t_star) / t_star)
         assert np.all(tr.times < tr.blowup_time)
@@ -166,8 +166,7 @@ def test_one_dimensional_sinkhorn_follows_its_implicit_solution():
     # 2 v t = F(2 a sigma_t) - F(2 a sigma_0), F(s) = asinh(s) - (1 + sqrt(1 + s^2)) / s.
     a, v, s0, eps = 1.5, 0.7, 0.2, 2.0
     ts = np.linspace(0, 15, 16)
-    tr = simulate_gaussian(Sinkhorn([[a]], [[v]], eps=eps), Gaussian([0.0], [[s0]]), ts,
-                           max_growth=1e30)
+    tr = simulate_gaussian(Sinkhorn([[a]], [[v]], eps=eps), Gaussian([0.0], [[s0]]), ts, max_growth=1e30)
     ae = a / eps
     F = lambda s: np.arcsinh(s) - (1 + np.sqrt(1 + s * s)) / s
     t_impl = (F(2 * ae * tr.cov[:, 0, 0]) - F(2 * ae * s0)) / (2 * v)
@@ -235,8 +234,11 @@ def test_rank_is_preserved_at_finite_times():
 def test_non_gaussian_variants_raise_not_implemented_naming_the_variant():
     A, V = np.eye(2), np.eye(2)
     g0 = Gaussian(np.zeros(2), np.eye(2))
-    for att, word in ((Sigmoid(A, V), "Sigmoid"), (Unnormalised(A, V), "nnormalised"),
-                      (Softmax(A, V, causal=True), "causal")):
+    for att, word in (
+        (Sigmoid(A, V), "Sigmoid"),
+        (Unnormalised(A, V), "nnormalised"),
+        (Softmax(A, V, causal=True), "causal"),
+    ):
         with pytest.raises(NotImplementedError, match=word):
             simulate_gaussian(att, g0, [0, 1])
         with pytest.raises(NotImplementedError, match=word):
@@ -278,8 +280,7 @@ def test_bad_inputs_raise_clear_errors():
 def test_batch_solver_equals_the_single_solver_per_member_with_blowups():
     rng = np.random.default_rng(9)
     d, B = 3, 12
-    atts = [Softmax(rng.standard_normal((d, d)) * (0.3 if b % 2 else 1.0), _spd(rng, d))
-            for b in range(B)]
+    atts = [Softmax(rng.standard_normal((d, d)) * (0.3 if b % 2 else 1.0), _spd(rng, d)) for b in range(B)]
     cov0 = np.stack([_spd(rng, d) for _ in range(B)])
     mean0 = rng.standard_normal((B, d))
     ts = np.linspace(0, 8, 17)
@@ -289,8 +290,7 @@ def test_batch_solver_equals_the_single_solver_per_member_with_blowups():
     assert np.all(np.isfinite(gb.cov)) and np.all(np.isfinite(gb.mean))
     n_blow = 0
     for b in range(B):
-        tr = simulate_gaussian(atts[b], Gaussian(mean0[b], cov0[b]), ts, method="RK45",
-                               max_growth=1e5)
+        tr = simulate_gaussian(atts[b], Gaussian(mean0[b], cov0[b]), ts, method="RK45", max_growth=1e5)
         assert gb.status[b] == tr.status
         assert isinstance(tr, GaussianTrajectory)
         k = len(tr)
@@ -299,8 +299,7 @@ def test_batch_solver_equals_the_single_solver_per_member_with_blowups():
         # exponential growth of the mean (up to e^12 here): 1e-5 relative is a safe bound
         scale = np.abs(tr.cov).max()
         assert np.allclose(gb.cov[b, :k], tr.cov, rtol=1e-5, atol=1e-6 * scale)
-        assert np.allclose(gb.mean[b, :k], tr.mean, rtol=1e-5,
-                           atol=1e-6 * max(1.0, np.abs(tr.mean).max()))
+        assert np.allclose(gb.mean[b, :k], tr.mean, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(tr.mean).max()))
         if tr.blowup_time is None:
             assert gb.blowup_time[b] == np.inf
         else:
@@ -394,11 +393,14 @@ def test_ellipse_points_lie_on_the_n_std_level_set_of_the_marginal():
     assert np.allclose(seg[:, 0], seg[:, 1]) and np.abs(seg).max() <= np.sqrt(2) + 1e-12
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: softmax_blowup_time(np.eye(2), np.eye(2), v=np.nan), "v must be finite"),
-    (lambda: scalar_closed_form(1.0, np.nan, 1.0, [0.5]), "a must be finite"),
-    (lambda: projected_euler(lambda S: -S, np.array([[1.0, 5.0], [-3.0, 1.0]]), 0.1), "symmetric"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: softmax_blowup_time(np.eye(2), np.eye(2), v=np.nan), "v must be finite"),
+        (lambda: scalar_closed_form(1.0, np.nan, 1.0, [0.5]), "a must be finite"),
+        (lambda: projected_euler(lambda S: -S, np.array([[1.0, 5.0], [-3.0, 1.0]]), 0.1), "symmetric"),
+    ],
+)
 def test_closed_forms_and_euler_reject_nan_and_non_symmetric_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -429,11 +431,11 @@ def test_a_stiff_member_spends_its_own_step_budget_and_the_others_finish():
     assert np.isfinite(gb.cov).all() and np.isfinite(gb.mean).all()
     assert gb.valid[0].all() and not gb.valid[2, 1:].any() and gb.blowup_time[2] == np.inf
     assert gb.t_end[0] == 50.0 and 0 < gb.t_end[2] < 25.0 and gb.t_end[1] < gb.blowup_time[1]
-    for b in (0, 1):   # the finished and the blown-up members are those of the single solver
+    for b in (0, 1):  # the finished and the blown-up members are those of the single solver
         one = simulate_gaussian(atts[b], Gaussian(np.zeros(d), np.eye(d)), ts, method="RK45")
         k = len(one)
         assert np.allclose(gb.cov[b, :k], one.cov, rtol=1e-7, atol=1e-9)
-    assert abs(gb.blowup_time[1] - one.blowup_time) < 1e-5 * one.blowup_time   # as above
+    assert abs(gb.blowup_time[1] - one.blowup_time) < 1e-5 * one.blowup_time  # as above
 
 
 class _ReaderClosure(Softmax):
@@ -453,14 +455,17 @@ class _ReaderClosure(Softmax):
         return -m - c @ m, self.bad(X + X.T, t) if self.timed else self.bad(X + X.T)
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    (lambda dc: np.diag(dc), ValueError, r"covariance derivative of shape \(2,\), expected \(2, 2\)"),
-    (lambda dc: 0.5, ValueError, r"covariance derivative of shape \(\), expected \(2, 2\)"),
-    (lambda dc: dc[:1], ValueError, r"shape \(1, 2\), expected \(2, 2\)"),
-    (lambda dc: dc + 1e-3j, TypeError, "complex128, expected real"),
-    (lambda dc: dc * np.nan, ValueError, "non-finite values .* initial state"),
-    (lambda dc: "x", TypeError, "dtype <U1"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (lambda dc: np.diag(dc), ValueError, r"covariance derivative of shape \(2,\), expected \(2, 2\)"),
+        (lambda dc: 0.5, ValueError, r"covariance derivative of shape \(\), expected \(2, 2\)"),
+        (lambda dc: dc[:1], ValueError, r"shape \(1, 2\), expected \(2, 2\)"),
+        (lambda dc: dc + 1e-3j, TypeError, "complex128, expected real"),
+        (lambda dc: dc * np.nan, ValueError, "non-finite values .* initial state"),
+        (lambda dc: "x", TypeError, "dtype <U1"),
+    ],
+)
 def test_a_readers_gaussian_rhs_is_checked_by_both_solvers(bad, error, match):
     att = _ReaderClosure(bad)
     with pytest.raises(error, match=r"_ReaderClosure\.gaussian_rhs.*" + match):
@@ -475,8 +480,11 @@ def test_a_readers_closure_that_fails_later_is_reported_with_its_time():
     att = _ReaderClosure(lambda dc: dc)
     late = _ReaderClosure(lambda dc, t: dc * (np.nan if t > 0.5 else 1.0), timed=True)
     g0 = Gaussian(np.zeros(2), np.eye(2))
-    with pytest.raises(RuntimeError, match=r"gaussian_rhs returned non-finite values at finite "
-                                           r"states from t=0\.5"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"gaussian_rhs returned non-finite values at finite "
+        r"states from t=0\.5",
+    ):
         simulate_gaussian(late, g0, [0.0, 1.0])
     with pytest.warns(RuntimeWarning, match="step_underflow"):
         gb = simulate_gaussian_batch([late, att], np.stack([np.eye(2)] * 2), [0.0, 0.25, 1.0])
@@ -485,8 +493,9 @@ def test_a_readers_closure_that_fails_later_is_reported_with_its_time():
     assert np.isfinite(gb.cov).all()
 
 
-@pytest.mark.parametrize("max_step, error", [(np.nan, ValueError), (0.0, ValueError),
-                                              (-1.0, ValueError), ("1", TypeError)])
+@pytest.mark.parametrize(
+    "max_step, error", [(np.nan, ValueError), (0.0, ValueError), (-1.0, ValueError), ("1", TypeError)]
+)
 def test_max_step_must_be_positive_or_inf(max_step, error):
     att, g0 = Softmax(-np.eye(2), np.eye(2)), Gaussian(np.zeros(2), np.eye(2))
     with pytest.raises(error, match="max_step"):

@@ -186,8 +186,7 @@ def test_sinkhorn_covariance_field_matches_a_sampled_entropic_plan():
     alpha = np.array([0.5, -1.0])
     X = alpha + rng.standard_normal((n, d)) @ np.linalg.cholesky(S).T
     a = np.full(n, 1.0 / n)
-    P = ot.sinkhorn(a, a, -(X @ A.T @ X.T), eps, method="sinkhorn_log", stopThr=1e-9,
-                    numItermax=5000)
+    P = ot.sinkhorn(a, a, -(X @ A.T @ X.T), eps, method="sinkhorn_log", stopThr=1e-9, numItermax=5000)
     bary = n * P @ X
     coef = np.linalg.lstsq(np.c_[np.ones(n), X], bary, rcond=None)[0]
     G_hat = coef[1:].T
@@ -301,8 +300,7 @@ def test_shared_parameters_broadcast_against_a_batch_of_states(name):
     dm, dc = f(A[0], V[0], S, m, Q[0], K[0], 1.3)
     rep = lambda X: np.broadcast_to(X[0], X.shape)
     dm2, dc2 = f(rep(A), rep(V), S, m, rep(Q), rep(K), np.full(4, 1.3))
-    assert np.allclose(dm, dm2, rtol=1e-12, atol=1e-13) and np.allclose(dc, dc2, rtol=1e-12,
-                                                                          atol=1e-13)
+    assert np.allclose(dm, dm2, rtol=1e-12, atol=1e-13) and np.allclose(dc, dc2, rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

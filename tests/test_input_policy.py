@@ -27,8 +27,17 @@ from hypothesis import strategies as st
 
 import tpde_lib as tp
 
-PACKAGES = ["clustering", "energy", "masked", "meanfield", "transport", "gaussian", "measures",
-            "stability", "psd_cone"]
+PACKAGES = [
+    "clustering",
+    "energy",
+    "masked",
+    "meanfield",
+    "transport",
+    "gaussian",
+    "measures",
+    "stability",
+    "psd_cone",
+]
 
 I2 = np.eye(2)
 S2 = np.array([[1.0, 0.3], [0.3, 0.5]])
@@ -59,24 +68,42 @@ VALID = {
     ("clustering", "lyapunov"): dict(cov=S2, V=I2),
     ("clustering", "lyapunov_matrix"): dict(V=S2),
     ("clustering", "classify_outcome"): dict(
-        cov=np.broadcast_to(S2, (2, 3, 2, 2)), blowup_time=[np.inf, 1.0],
-        valid=np.ones((2, 3), bool), growth_factor=10.0, rank_tol=1e-2,
-        status=np.array(["ok", "blowup"])),
-    ("clustering", "phase_diagram"): dict(a1=[-1.0], a2=[-1.0], V=I2, cov0=I2, theta=0.0,
-                                          skew=0.0, horizon=1.0, n_times=3, growth_factor=10.0,
-                                          rank_tol=1e-2),
-    ("clustering", "random_value_matrices"): dict(rng=np.random.default_rng(0), n=2, d=2,
-                                                  kind="spd"),
-    ("clustering", "pairs_with_sign_condition"): dict(rng=np.random.default_rng(0),
-                                                      V=np.stack([I2, S2])),
-    ("clustering", "blowup_survey"): dict(A=np.stack([-I2]), V=np.stack([I2]), cov0=I2,
-                                          horizon=1.0, rtol=1e-6, atol=1e-9, max_growth=1e8,
-                                          switch_growth=1e3, stiff_method="LSODA"),
-    ("clustering", "ensemble_survey"): dict(V_kind="spd", start="identity", n=2, d=2, seed=0,
-                                            horizon=1.0),
-    ("clustering", "sign_condition_counterexamples"): dict(V_kind="spd", d=2, margin=0.05,
-                                                           seed=0, n_candidates=2, horizon=1.0),
-    ("clustering", "r5_counterexample"): dict(d=2, seed=0, n_candidates=2, horizon=1.0),
+        cov=np.broadcast_to(S2, (2, 3, 2, 2)),
+        blowup_time=[np.inf, 1.0],
+        valid=np.ones((2, 3), bool),
+        growth_factor=10.0,
+        rank_tol=1e-2,
+        status=np.array(["ok", "blowup"]),
+    ),
+    ("clustering", "phase_diagram"): dict(
+        a1=[-1.0],
+        a2=[-1.0],
+        V=I2,
+        cov0=I2,
+        theta=0.0,
+        skew=0.0,
+        horizon=1.0,
+        n_times=3,
+        growth_factor=10.0,
+        rank_tol=1e-2,
+    ),
+    ("clustering", "random_value_matrices"): dict(rng=np.random.default_rng(0), n=2, d=2, kind="spd"),
+    ("clustering", "pairs_with_sign_condition"): dict(rng=np.random.default_rng(0), V=np.stack([I2, S2])),
+    ("clustering", "blowup_survey"): dict(
+        A=np.stack([-I2]),
+        V=np.stack([I2]),
+        cov0=I2,
+        horizon=1.0,
+        rtol=1e-6,
+        atol=1e-9,
+        max_growth=1e8,
+        switch_growth=1e3,
+        stiff_method="LSODA",
+    ),
+    ("clustering", "ensemble_survey"): dict(V_kind="spd", start="identity", n=2, d=2, seed=0, horizon=1.0),
+    ("clustering", "sign_condition_counterexamples"): dict(
+        V_kind="spd", d=2, margin=0.05, seed=0, n_candidates=2, horizon=1.0
+    ),
     ("clustering", "blowup_time_lower_bound"): dict(A=SYM, V=I2, cov0=S2),
     ("clustering", "congruence"): dict(A=SYM, V=I2, P=S2),
     ("energy", "sinkhorn_energy"): dict(mu=MU, A=SYM, eps=1.0, tol=1e-9, max_iter=1000),
@@ -88,19 +115,18 @@ VALID = {
     ("energy", "sinkhorn_energy_gradient_gaussian"): dict(cov=S2, A=SYM, eps=1.0),
     ("energy", "bures_wasserstein_gradient_flow_rhs"): dict(cov=S2, A=SYM, eps=1.0),
     ("energy", "interaction_energy_gaussian"): dict(cov=0.3 * S2, A=SYM, mean=[0.0, 1.0]),
-    ("energy", "gaussian_metric"): dict(g=tp.Gaussian([0.0, 0.1], 0.3 * S2), u1=([1.0, 0.0], I2),
-                                        u2=([0.0, 1.0], SYM), P=S2, A=SYM),
+    ("energy", "gaussian_metric"): dict(
+        g=tp.Gaussian([0.0, 0.1], 0.3 * S2), u1=([1.0, 0.0], I2), u2=([0.0, 1.0], SYM), P=S2, A=SYM
+    ),
     ("energy", "velocity_jacobian"): dict(att=SOFT, mu=MU, step=1e-4, t=0.0),
-    ("energy", "symmetry_defect"): dict(J=np.eye(12), weights=np.full(6, 1 / 6),
-                                        mobility_matrix=S2),
-    ("energy", "configuration_gradient"): dict(fun=lambda m: float(np.sum(m.points ** 2)),
-                                               mu=MU, step=1e-5),
+    ("energy", "symmetry_defect"): dict(J=np.eye(12), weights=np.full(6, 1 / 6), mobility_matrix=S2),
+    ("energy", "configuration_gradient"): dict(fun=lambda m: float(np.sum(m.points**2)), mu=MU, step=1e-5),
     ("energy", "frobenius_gradient"): dict(fun=lambda c: float(np.trace(c)), cov=S2, step=1e-5),
-    ("energy", "energy_along_geodesic"): dict(energy=_energy, g0=G0, g1=G1, s=[0.0, 0.5, 1.0],
-                                              P=S2),
+    ("energy", "energy_along_geodesic"): dict(energy=_energy, g0=G0, g1=G1, s=[0.0, 0.5, 1.0], P=S2),
     ("energy", "second_differences"): dict(values=[0.0, 1.0, 4.0], s=[0.0, 0.5, 1.0]),
-    ("energy", "search_geodesic_convexity"): dict(energies={"tr": _energy}, pairs=[(G0, G1)],
-                                                  P=S2, n_points=5, threshold=1e-6),
+    ("energy", "search_geodesic_convexity"): dict(
+        energies={"tr": _energy}, pairs=[(G0, G1)], P=S2, n_points=5, threshold=1e-6
+    ),
     ("masked", "sink_positions"): dict(n=6, sink_mass=0.2, n_sink=2),
     ("masked", "with_sink"): dict(points=X6, sink_mass=0.2, n_sink=2),
     ("masked", "sink_mass"): dict(mu=tp.masked.with_sink(X6, 0.2, 2)),
@@ -111,28 +137,57 @@ VALID = {
     ("masked", "lp_operator_norm"): dict(E=I2, masses=[0.4, 0.6], p=2),
     ("masked", "hardy_constant"): dict(masses=[0.4, 0.6], p=2),
     ("masked", "masked_lipschitz_constant"): dict(A=SYM, V=I2, R=1.0, sink_mass=0.2, p=1),
-    ("masked", "masked_stability_constant"): dict(A=SYM, V=I2, R0=1.0, times=[0.0, 0.5],
-                                                  masses=[0.4, 0.6], p=1, log=False),
+    ("masked", "masked_stability_constant"): dict(
+        A=SYM, V=I2, R0=1.0, times=[0.0, 0.5], masses=[0.4, 0.6], p=1, log=False
+    ),
     ("masked", "linear_sink_response"): dict(t=1.0, sink_mass=0.1, n_terms=120),
-    ("masked", "sensitivity"): dict(att=SOFT_CAUSAL, mu=MU_POS, nu=NU_POS, T=0.1, p=2, n_times=2,
-                                    method="rk4", h=0.05, sup=False),
-    ("masked", "sink_mass_sweep"): dict(att=SOFT_CAUSAL, points=X6, sink_masses=[0.2], shift=[0.1, 0.0],
-                                        T=0.1, n_sink=2, p=(1, 2), n_times=2, method="rk4",
-                                        h=0.05, sup=False),
-    ("masked", "prefix_sweep"): dict(att=SOFT_CAUSAL, mu=MU_POS, s_max_values=[0.3], shift=[0.1, 0.0],
-                                     T=0.1, p=(1, 2), method="rk4", h=0.05, sup=False),
+    ("masked", "sensitivity"): dict(
+        att=SOFT_CAUSAL, mu=MU_POS, nu=NU_POS, T=0.1, p=2, n_times=2, method="rk4", h=0.05, sup=False
+    ),
+    ("masked", "sink_mass_sweep"): dict(
+        att=SOFT_CAUSAL,
+        points=X6,
+        sink_masses=[0.2],
+        shift=[0.1, 0.0],
+        T=0.1,
+        n_sink=2,
+        p=(1, 2),
+        n_times=2,
+        method="rk4",
+        h=0.05,
+        sup=False,
+    ),
+    ("masked", "prefix_sweep"): dict(
+        att=SOFT_CAUSAL,
+        mu=MU_POS,
+        s_max_values=[0.3],
+        shift=[0.1, 0.0],
+        T=0.1,
+        p=(1, 2),
+        method="rk4",
+        h=0.05,
+        sup=False,
+    ),
     ("masked", "fit_exponent"): dict(x=[1.0, 2.0, 4.0], y=[1.0, 0.5, 0.26]),
     ("meanfield", "uniform_disk"): dict(n=5, radius=1.0, seed=0),
     ("meanfield", "sunflower"): dict(n=5, radius=1.0),
-    ("meanfield", "gaussian_affine_flow"): dict(affine=_affine, g0=G0, times=[0.0, 0.5],
-                                                rtol=1e-8, atol=1e-10),
+    ("meanfield", "gaussian_affine_flow"): dict(
+        affine=_affine, g0=G0, times=[0.0, 0.5], rtol=1e-8, atol=1e-10
+    ),
     ("meanfield", "coupling_distance"): dict(x=X6, y=X6 + 0.1, weights=np.full(6, 1 / 6)),
     ("meanfield", "moment_errors"): dict(x=X6, y=X6 + 0.1, weights=np.full(6, 1 / 6)),
     ("meanfield", "fit_rate"): dict(x=[1.0, 2.0, 4.0, 8.0], y=[1.0, 0.5, 0.26, 0.12], level=0.95),
-    ("meanfield", "step_order"): dict(att=SOFT, mu0=MU, steps=[0.1, 0.05], T=0.2, method="euler",
-                                      reference_h=0.01, norm="rms", reference_rtol=1e-10),
-    ("transport", "wasserstein"): dict(mu=MU, nu=NU, p=2, method="exact", n_projections=10,
-                                       seed=0),
+    ("meanfield", "step_order"): dict(
+        att=SOFT,
+        mu0=MU,
+        steps=[0.1, 0.05],
+        T=0.2,
+        method="euler",
+        reference_h=0.01,
+        norm="rms",
+        reference_rtol=1e-10,
+    ),
+    ("transport", "wasserstein"): dict(mu=MU, nu=NU, p=2, method="exact", n_projections=10, seed=0),
     ("transport", "bures_wasserstein"): dict(g1=G0, g2=G1),
     ("transport", "conditional_wasserstein"): dict(mu=MU_POS, nu=NU_POS, p=2),
     ("transport", "coupled_wasserstein"): dict(mu=MU_POS, nu=NU_POS, p=2.0),
@@ -151,13 +206,27 @@ VALID = {
     ("gaussian", "linear_rhs"): dict(A=SYM, V=I2, mean=np.array([0.0, 1.0]), cov=S2),
     ("gaussian", "sinkhorn_gain"): dict(A=SYM, cov=S2),
     ("gaussian", "covariance_rhs"): dict(att=SOFT),
-    ("gaussian", "simulate_gaussian"): dict(att=SOFT, g0=G0, times=[0.0, 0.5], rtol=1e-6,
-                                            atol=1e-9, method="DOP853", max_step=0.1,
-                                            max_growth=1e8, max_steps=1000),
-    ("gaussian", "simulate_gaussian_batch"): dict(att=[SOFT], cov0=np.stack([S2]),
-                                                  times=[0.0, 0.5], mean0=np.zeros((1, 2)),
-                                                  rtol=1e-6, atol=1e-9, max_growth=1e8,
-                                                  max_steps=1000),
+    ("gaussian", "simulate_gaussian"): dict(
+        att=SOFT,
+        g0=G0,
+        times=[0.0, 0.5],
+        rtol=1e-6,
+        atol=1e-9,
+        method="DOP853",
+        max_step=0.1,
+        max_growth=1e8,
+        max_steps=1000,
+    ),
+    ("gaussian", "simulate_gaussian_batch"): dict(
+        att=[SOFT],
+        cov0=np.stack([S2]),
+        times=[0.0, 0.5],
+        mean0=np.zeros((1, 2)),
+        rtol=1e-6,
+        atol=1e-9,
+        max_growth=1e8,
+        max_steps=1000,
+    ),
     ("gaussian", "affine_defect"): dict(att=SOFT, g=G0, t=0.0, nodes_per_dim=5),
     ("gaussian", "gauss_hermite"): dict(g=G0, nodes_per_dim=5),
     ("gaussian", "softmax_identity_V_closed_form"): dict(cov0=S2, A=SYM, times=[0.0, 0.5], v=1.0),
@@ -229,7 +298,8 @@ WRONG = st.one_of(
     st.none(),
     st.text(max_size=4),
     st.complex_numbers(allow_nan=False, allow_infinity=False, min_magnitude=1e-3).filter(
-        lambda z: z.imag != 0),
+        lambda z: z.imag != 0
+    ),
     st.sampled_from([float("nan"), float("inf"), -float("inf")]),
     st.lists(st.text(max_size=2), min_size=1, max_size=3),
     st.just([[1.0, 2.0], [3.0]]),
@@ -245,11 +315,12 @@ def _not_wrong(arg, value, default_is_none):
         return True
     if callable(value) and arg in {"fun", "energy", "affine"}:
         return True
-    return (arg in {"p", "max_step"} and isinstance(value, float) and value == float("inf"))
+    return arg in {"p", "max_step"} and isinstance(value, float) and value == float("inf")
 
 
-@pytest.mark.parametrize("module,name,arg,default_is_none", CASES,
-                         ids=[f"{m}.{n}-{a}" for m, n, a, _ in CASES])
+@pytest.mark.parametrize(
+    "module,name,arg,default_is_none", CASES, ids=[f"{m}.{n}-{a}" for m, n, a, _ in CASES]
+)
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(wrong=WRONG)
 @example(wrong=None)
@@ -270,37 +341,45 @@ def test_wrong_kind_is_rejected_naming_the_argument(module, name, arg, default_i
     message = str(info.value)
     assert re.search(rf"(?<![A-Za-z0-9_]){re.escape(label)}(?![A-Za-z0-9_])", message), (
         f"{module}.{name}({arg}={wrong!r:.40}) raised {type(info.value).__name__} not naming "
-        f"{label!r}: {message!r:.300}")
+        f"{label!r}: {message!r:.300}"
+    )
 
 
 # ---- what a reader's callables return --------------------------------------------------------
 
 #: (module, function, argument, how to wrap a returning function into that argument)
 CALLABLE_ARGS = [
-    ("energy", "configuration_gradient", "fun", lambda r: (lambda m: r), "fun"),
-    ("energy", "frobenius_gradient", "fun", lambda r: (lambda c: r), "fun"),
-    ("energy", "energy_along_geodesic", "energy", lambda r: (lambda m, c: r), "energy"),
-    ("energy", "search_geodesic_convexity", "energies", lambda r: {"e": lambda m, c: r},
-     "energies['e']"),
-    ("meanfield", "gaussian_affine_flow", "affine", lambda r: (lambda m, c, t: (r, np.zeros(2))),
-     "affine"),
-    ("meanfield", "gaussian_affine_flow", "affine", lambda r: (lambda m, c, t: (-I2, r)), "affine"),
+    ("energy", "configuration_gradient", "fun", lambda r: lambda m: r, "fun"),
+    ("energy", "frobenius_gradient", "fun", lambda r: lambda c: r, "fun"),
+    ("energy", "energy_along_geodesic", "energy", lambda r: lambda m, c: r, "energy"),
+    ("energy", "search_geodesic_convexity", "energies", lambda r: {"e": lambda m, c: r}, "energies['e']"),
+    ("meanfield", "gaussian_affine_flow", "affine", lambda r: lambda m, c, t: (r, np.zeros(2)), "affine"),
+    ("meanfield", "gaussian_affine_flow", "affine", lambda r: lambda m, c, t: (-I2, r), "affine"),
 ]
 
 #: wrong results: none of them is a real finite scalar, a real finite (2, 2) or a (2,) array
 BAD_RESULTS = st.one_of(
-    st.none(), st.text(max_size=3), st.just(1j), st.just(np.eye(2) * 1j),
-    st.sampled_from([float("nan"), float("inf")]), st.just(np.full((2, 2), np.nan)),
-    st.just(np.ones(3)), st.just(np.ones((3, 3))), st.just([1.0, "a"]), st.builds(_Opaque),
+    st.none(),
+    st.text(max_size=3),
+    st.just(1j),
+    st.just(np.eye(2) * 1j),
+    st.sampled_from([float("nan"), float("inf")]),
+    st.just(np.full((2, 2), np.nan)),
+    st.just(np.ones(3)),
+    st.just(np.ones((3, 3))),
+    st.just([1.0, "a"]),
+    st.builds(_Opaque),
 )
 
 
-@pytest.mark.parametrize("module,name,arg,wrap,label", CALLABLE_ARGS,
-                         ids=[f"{c[0]}.{c[1]}-{c[2]}-{i}" for i, c in enumerate(CALLABLE_ARGS)])
+@pytest.mark.parametrize(
+    "module,name,arg,wrap,label",
+    CALLABLE_ARGS,
+    ids=[f"{c[0]}.{c[1]}-{c[2]}-{i}" for i, c in enumerate(CALLABLE_ARGS)],
+)
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(result=BAD_RESULTS)
-def test_reader_callable_results_are_checked_naming_the_callable(module, name, arg, wrap, label,
-                                                                 result):
+def test_reader_callable_results_are_checked_naming_the_callable(module, name, arg, wrap, label, result):
     # a wrong shape, a complex, a NaN/inf or a non-number returned by the reader's callable is
     # reported naming it, not broadcast, truncated or propagated (scalars returned where an array
     # is expected, or arrays where a scalar is, included)

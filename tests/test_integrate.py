@@ -10,7 +10,7 @@ from tpde_lib.integrate import solve_batch
 def _rhs(t, y, idx):
     """A batch of different nonlinear systems: y' = -k_b y + sin(t) y^2 (k_b = 1 + b)."""
     k = 1.0 + np.asarray(idx, dtype=float)
-    return -k[:, None] * y + np.sin(t)[:, None] * y ** 2
+    return -k[:, None] * y + np.sin(t)[:, None] * y**2
 
 
 def test_every_member_matches_solve_ivp_at_the_output_times():
@@ -19,8 +19,15 @@ def test_every_member_matches_solve_ivp_at_the_output_times():
     times = np.array([0.0, 0.3, 1.0, 2.5, 4.0])
     sol = solve_batch(_rhs, y0, times, rtol=1e-10, atol=1e-12)
     for b in range(5):
-        ref = solve_ivp(lambda t, y, b=b: _rhs(np.array([t]), y[None], [b])[0], (0.0, 4.0),
-                        y0[b], t_eval=times, rtol=1e-12, atol=1e-14, method="DOP853")
+        ref = solve_ivp(
+            lambda t, y, b=b: _rhs(np.array([t]), y[None], [b])[0],
+            (0.0, 4.0),
+            y0[b],
+            t_eval=times,
+            rtol=1e-12,
+            atol=1e-14,
+            method="DOP853",
+        )
         # both are accurate to ~1e-10 relative: the difference is the looser one's error
         assert np.allclose(sol.y[b], ref.y.T, rtol=1e-8, atol=1e-10)
     assert sol.valid.all() and (sol.status == "finished").all()
@@ -33,7 +40,7 @@ def test_the_error_shrinks_at_fifth_order_with_the_tolerance():
     for rtol in (1e-5, 1e-8):
         sol = solve_batch(lambda t, y, i: -y, y0, np.array([0.0, 4.0]), rtol=rtol, atol=1e-16)
         errs.append(abs(sol.y[0, -1, 0] - exact) / exact)
-    assert errs[1] < errs[0] / 50   # 1000x tighter tolerance: at least 50x smaller error
+    assert errs[1] < errs[0] / 50  # 1000x tighter tolerance: at least 50x smaller error
 
 
 def test_stop_freezes_a_member_and_marks_later_times_invalid():
@@ -41,7 +48,7 @@ def test_stop_freezes_a_member_and_marks_later_times_invalid():
     times = np.linspace(0.0, 1.0, 11)
 
     def stop(idx, t, y, dy):
-        return (idx == 0) & (y[:, 0] > 1.5)       # member 0 stops when it exceeds 1.5
+        return (idx == 0) & (y[:, 0] > 1.5)  # member 0 stops when it exceeds 1.5
 
     sol = solve_batch(lambda t, y, i: y, y0, times, stop=stop)
     assert sol.status.tolist() == ["stopped", "finished"]
@@ -113,11 +120,14 @@ def test_blas_runs_one_thread_inside_and_is_restored_after_return_and_exceptions
         assert _blas_threads() == before
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    (lambda y: y[:, 0], ValueError, r"shape \(2, 3\)"),
-    (lambda y: 1.0, TypeError, "real array"),
-    (lambda y: y + 0j, TypeError, "complex"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (lambda y: y[:, 0], ValueError, r"shape \(2, 3\)"),
+        (lambda y: 1.0, TypeError, "real array"),
+        (lambda y: y + 0j, TypeError, "complex"),
+    ],
+)
 def test_f_results_of_the_wrong_shape_or_kind_raise_instead_of_broadcasting(bad, error, match):
     with pytest.raises(error, match=match):
         solve_batch(lambda t, y, idx: bad(y), np.ones((2, 3)), np.array([0.0, 1.0]))
@@ -126,12 +136,11 @@ def test_f_results_of_the_wrong_shape_or_kind_raise_instead_of_broadcasting(bad,
 def test_a_stop_mask_of_the_wrong_shape_raises_instead_of_broadcasting():
     # the old solver broadcast a scalar True: every member stopped at its first step
     with pytest.raises(TypeError, match=r"stop must return a boolean mask of shape \(2,\)"):
-        solve_batch(lambda t, y, i: -y, np.ones((2, 1)), [0.0, 1.0],
-                    stop=lambda idx, t, y, dy: True)
+        solve_batch(lambda t, y, i: -y, np.ones((2, 1)), [0.0, 1.0], stop=lambda idx, t, y, dy: True)
 
 
 def test_bad_arguments_name_the_argument():
-    f = lambda t, y, i: -y   # noqa: E731
+    f = lambda t, y, i: -y  # noqa: E731
     with pytest.raises(TypeError, match="max_steps"):
         solve_batch(f, np.ones((1, 1)), [0.0, 1.0], max_steps=1.5)
     with pytest.raises(ValueError, match="y0"):

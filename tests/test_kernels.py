@@ -29,7 +29,7 @@ def _naive(Q, Y, values, kind, q_pos=None, k_pos=None):
     seen = np.ones(S.shape, bool) if q_pos is None else k_pos[None, :] <= q_pos[:, None]
     if kind == "exp":
         row_max = np.where(seen, S, -np.inf).max(axis=1)
-        E = np.where(seen, np.exp(S), 0.0)         # unscaled: the test scores are moderate
+        E = np.where(seen, np.exp(S), 0.0)  # unscaled: the test scores are moderate
         return E @ values, row_max
     if kind == "sigmoid":
         E = 1.0 / (1.0 + np.exp(-S))
@@ -42,15 +42,17 @@ def _relu(S):
     np.maximum(S, 0.0, out=S)
 
 
-def _cube(S):                         # odd and unbounded: any row/column mix-up shows
+def _cube(S):  # odd and unbounded: any row/column mix-up shows
     S *= S * S
 
 
 def _functional(kappa):
     """The in-place kernel as a function for the oracle."""
+
     def f(S):
         kappa(S)
         return S
+
     return f
 
 
@@ -59,10 +61,10 @@ def _problem(n=37, m=53, p=3, c=4, seed=0, scale=1.0, masked=False):
     Q = scale * rng.standard_normal((n, p))
     Y = rng.standard_normal((m, p))
     values = rng.standard_normal((m, c))
-    values[:, -1] = rng.random(m) + 0.1          # a positive column (a denominator)
+    values[:, -1] = rng.random(m) + 0.1  # a positive column (a denominator)
     if not masked:
         return Q, Y, values, None, None
-    q_pos = rng.integers(0, 12, n).astype(float)     # ties, unsorted, some see nothing
+    q_pos = rng.integers(0, 12, n).astype(float)  # ties, unsorted, some see nothing
     k_pos = rng.integers(1, 12, m).astype(float)
     return Q, Y, values, q_pos, k_pos
 
@@ -72,12 +74,14 @@ def _check_exponential(Q, Y, values, q_pos=None, k_pos=None):
     want, true_max = _naive(Q, Y, values, "exp", q_pos, k_pos)
     seen = np.isfinite(true_max)
     soft = kernel_sums(Q, Y, values, "softmax", q_pos, k_pos)
-    np.testing.assert_allclose(soft[seen, :-1] / soft[seen, -1:],
-                               want[seen, :-1] / want[seen, -1:], rtol=RTOL, atol=1e-13)
+    np.testing.assert_allclose(
+        soft[seen, :-1] / soft[seen, -1:], want[seen, :-1] / want[seen, -1:], rtol=RTOL, atol=1e-13
+    )
     assert np.isnan(soft[~seen]).all()
     sums, M = kernel_sums(Q, Y, values, "exp", q_pos, k_pos)
-    np.testing.assert_allclose(sums[seen] * np.exp(M[seen])[:, None], want[seen], rtol=RTOL,
-                               atol=1e-13 * np.abs(want).max())
+    np.testing.assert_allclose(
+        sums[seen] * np.exp(M[seen])[:, None], want[seen], rtol=RTOL, atol=1e-13 * np.abs(want).max()
+    )
     assert np.all(M[seen] >= true_max[seen] - 1e-12)
     assert np.all(M[seen] <= true_max[seen] + Sh._MAX_GAP)
     assert np.isnan(sums[~seen]).all() and np.all(M[~seen] == -np.inf)
@@ -87,7 +91,7 @@ def _check_exponential(Q, Y, values, q_pos=None, k_pos=None):
 # every kind against the dense oracle, with and without masks, over several tilings
 # ---------------------------------------------------------------------------------------------
 
-TILINGS = [(None, None), (35, 7), (24, 5), (53 * 37, 53), (1, 1)]   # (entries, cols)
+TILINGS = [(None, None), (35, 7), (24, 5), (53 * 37, 53), (1, 1)]  # (entries, cols)
 
 
 @pytest.fixture(params=TILINGS, ids=lambda t: f"tile{t[0]}x{t[1]}")
@@ -109,7 +113,7 @@ def tiling(request, monkeypatch):
 def test_exponential_kinds_match_dense(tiling, masked):
     Q, Y, values, q_pos, k_pos = _problem(masked=masked)
     if masked:
-        assert np.any(q_pos < k_pos.min())      # the problem has queries that see nothing
+        assert np.any(q_pos < k_pos.min())  # the problem has queries that see nothing
     _check_exponential(Q, Y, values, q_pos, k_pos)
 
 
@@ -136,8 +140,8 @@ def test_callable_sees_blocks_of_the_tile_shape(monkeypatch, blocked):
     kernel_sums(Q, Y, values, spy)
     rows = {s[0] for s in shapes}
     cols = {s[1] for s in shapes}
-    assert rows == {5, 37 % 5} and cols == {7, 53 % 7}     # full and partial tiles both occur
-    assert len(shapes) == 8 * 8                             # ceil(37/5) x ceil(53/7) tiles
+    assert rows == {5, 37 % 5} and cols == {7, 53 % 7}  # full and partial tiles both occur
+    assert len(shapes) == 8 * 8  # ceil(37/5) x ceil(53/7) tiles
 
 
 @pytest.fixture
@@ -154,11 +158,11 @@ def test_large_scores_take_the_exact_row_maximum(scale, blocked):
     Q, Y, values, _, _ = _problem(scale=scale, seed=5)
     S = Q @ Y.T
     true_max = S.max(axis=1)
-    E = np.exp(S - true_max[:, None]) @ values              # stabilised oracle
+    E = np.exp(S - true_max[:, None]) @ values  # stabilised oracle
     soft = kernel_sums(Q, Y, values, "softmax")
     np.testing.assert_allclose(soft[:, :-1] / soft[:, -1:], E[:, :-1] / E[:, -1:], rtol=1e-9)
     sums, M = kernel_sums(Q, Y, values, "exp")
-    np.testing.assert_array_equal(M, true_max)              # exact: the same products
+    np.testing.assert_array_equal(M, true_max)  # exact: the same products
     np.testing.assert_allclose(sums, E, rtol=1e-9, atol=1e-13 * np.abs(E).max())
 
 
@@ -179,8 +183,9 @@ def test_exact_maximum_ignores_the_padding_keys(tiling):
     np.testing.assert_allclose(soft[:, :-1] / soft[:, -1:], E[:, :-1] / E[:, -1:], rtol=1e-9)
     sums, M = kernel_sums(Q, Y, values, "exp")
     assert np.all(M >= true_max - 1e-9) and np.all(M <= true_max + Sh._MAX_GAP)
-    np.testing.assert_allclose(sums * np.exp(M - true_max)[:, None], E, rtol=1e-9,
-                               atol=1e-13 * np.abs(E).max())
+    np.testing.assert_allclose(
+        sums * np.exp(M - true_max)[:, None], E, rtol=1e-9, atol=1e-13 * np.abs(E).max()
+    )
 
 
 def test_bound_shift_is_used_when_tight():
@@ -207,7 +212,7 @@ def test_softmax_is_unshifted_exactly_when_every_score_is_small(masked, blocked)
         Qb = _scaled_to(Q, Y, B)
         assert Sh._unshifted(Qb, Y, values) is unshifted
         job = K._Job(Qb, Y, values, "softmax", None)
-        assert job.shifted is not unshifted and job.lhs.shape[1] == 4   # p = 3: + shift or pad
+        assert job.shifted is not unshifted and job.lhs.shape[1] == 4  # p = 3: + shift or pad
         assert job.shifted or not job.shift.any()
         S = Qb @ Y.T
         if masked:
@@ -267,9 +272,9 @@ def test_bound_shift_is_as_accurate_as_the_exact_maximum(shift, monkeypatch):
         scale = np.abs(want).max()
         worst_ours = max(worst_ours, np.abs(got[:, :-1] / got[:, -1:] - want).max() / scale)
         worst_plain = max(worst_plain, np.abs(E[:, :-1] / E[:, -1:] - want).max() / scale)
-        _, M = kernel_sums(Q, Y, values, "exp")            # the shift used
+        _, M = kernel_sums(Q, Y, values, "exp")  # the shift used
         widest = max(widest, (M - S.max(axis=1)).max())
-    assert widest > 60.0                               # the bound, well above the maximum
+    assert widest > 60.0  # the bound, well above the maximum
     assert worst_ours <= 2.0 * worst_plain + 1e-15, (worst_ours, worst_plain)
 
 
@@ -292,6 +297,7 @@ def test_empty_query_set(kind):
 # ---------------------------------------------------------------------------------------------
 # threads: bitwise identical results, the pool really used, errors and errstate carried over
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def pool_allowed(monkeypatch):
@@ -320,15 +326,16 @@ def _spy_threads(monkeypatch):
 
 
 def _slow_relu(S):
-    time.sleep(2e-4)                  # releases the GIL: both threads surely take blocks
+    time.sleep(2e-4)  # releases the GIL: both threads surely take blocks
     _relu(S)
 
 
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("kind", ["softmax", "exp", "sigmoid", _slow_relu],
-                         ids=["softmax", "exp", "sigmoid", "relu"])
+@pytest.mark.parametrize(
+    "kind", ["softmax", "exp", "sigmoid", _slow_relu], ids=["softmax", "exp", "sigmoid", "relu"]
+)
 def test_one_and_two_threads_are_bitwise_equal(kind, masked, pool_allowed, monkeypatch):
-    n = 700                           # n^2 above _PARALLEL_ENTRIES: the pool is used
+    n = 700  # n^2 above _PARALLEL_ENTRIES: the pool is used
     Q, Y, values, q_pos, k_pos = _problem(n=n, m=n, masked=masked, seed=7)
     if masked:
         q_pos, k_pos = q_pos * 50 + np.arange(n) % 7, k_pos * 50
@@ -350,8 +357,7 @@ def test_calls_from_several_threads_at_once(pool_allowed):
     # (the kernel sleeps) keep several calls in flight; results are compared on return. Three
     # threads a call: two workers, so that one can finish a task while the other runs one.
     K.set_num_threads(3)
-    problems = [_problem(n=700, m=600 + 50 * k, masked=k % 2 == 1, seed=20 + k)
-                for k in range(4)]
+    problems = [_problem(n=700, m=600 + 50 * k, masked=k % 2 == 1, seed=20 + k) for k in range(4)]
     alone = [kernel_sums(Q, Y, v, _slow_relu, qp, kp) for Q, Y, v, qp, kp in problems]
     same = [[] for _ in problems]
 
@@ -400,7 +406,7 @@ def test_a_forked_child_starts_its_own_workers(pool_allowed):
     # its own workers a threaded call would wait for ever (here: the child is stopped after 60 s)
     K.set_num_threads(2)
     Q, Y, values, _, _ = _problem(n=700, m=700, seed=11)
-    want = kernel_sums(Q, Y, values, "softmax")              # the parent's workers exist now
+    want = kernel_sums(Q, Y, values, "softmax")  # the parent's workers exist now
     ctx = multiprocessing.get_context("fork")
     out = ctx.SimpleQueue()
     child = ctx.Process(target=lambda: out.put(kernel_sums(Q, Y, values, "softmax")))
@@ -432,6 +438,7 @@ def test_thread_settings(monkeypatch):
 # memory and input checks
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n,m", [(1, 1), (7, 100_000), (100_000, 7), (600, 600), (5000, 300)])
 def test_tiles_stay_within_the_budget(n, m):
     for p in (1, 4, 5, 17):
@@ -456,14 +463,14 @@ def test_tiles_and_threaded_row_blocks_have_equal_sizes(n, m):
 @pytest.mark.parametrize("masked", [False, True])
 def test_peak_memory_is_far_below_the_score_matrix(masked, pool_allowed):
     K.set_num_threads(2)
-    n = 2000                          # a dense score matrix would take 32 MB
+    n = 2000  # a dense score matrix would take 32 MB
     Q, Y, values, q_pos, k_pos = _problem(n=n, m=n, masked=masked, seed=8)
-    kernel_sums(Q[:10], Y, values, "softmax")               # warm-up outside the trace
+    kernel_sums(Q[:10], Y, values, "softmax")  # warm-up outside the trace
     tracemalloc.start()
     kernel_sums(Q, Y, values, "softmax", q_pos, k_pos)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    operands = 8 * n * (3 * (Q.shape[1] + 1) + 3 * values.shape[1])     # copies and output
+    operands = 8 * n * (3 * (Q.shape[1] + 1) + 3 * values.shape[1])  # copies and output
     # budget: two threads, each a 1 MB chunk of tiles (131072 scores) plus the partial sums
     # of its row block, a mask and small blocks: 3 MiB in all (a dense score matrix: 32 MB)
     assert peak < operands + 3 * 2**20, peak
@@ -485,11 +492,12 @@ def test_bad_input():
 # the Sinkhorn solver's dense kernel matrices and matrix-vector products
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dense_kernel_and_matvec_match_numpy(threads, pool_allowed):
     K.set_num_threads(threads)
     rng = np.random.default_rng(9)
-    n, m = 610, 530                   # n m above _PARALLEL_ENTRIES, partial last blocks
+    n, m = 610, 530  # n m above _PARALLEL_ENTRIES, partial last blocks
     left, right = rng.standard_normal((n, 3)), rng.standard_normal((m, 3))
     r, c, w = rng.standard_normal(n), rng.standard_normal(m), rng.random(m) + 0.5
     L = left @ right.T
@@ -509,7 +517,7 @@ def test_dense_kernel_and_matvec_match_numpy(threads, pool_allowed):
     np.testing.assert_allclose(D.matvec(out, y, transpose=True), out.T @ y, rtol=1e-13)
     bad = left.copy()
     bad[3, 1] = np.inf
-    with np.errstate(invalid="ignore"):         # inf * 0 inside the product
+    with np.errstate(invalid="ignore"):  # inf * 0 inside the product
         assert D.dense_kernel(bad, right, out) is False
 
 
@@ -540,17 +548,21 @@ def test_a_kernel_that_returns_a_new_array_is_used_not_ignored():
 # a reader's kernel is checked where its result comes back
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n", [40, 700])          # the dense small path and the tiled one
-@pytest.mark.parametrize("bad,error,match", [
-    (lambda S: 1.0, ValueError, r"shape \(\)"),                       # a scalar: not broadcast
-    (lambda S: S[:1].copy(), ValueError, r"shape \(1, "),              # one row: not broadcast
-    (lambda S: S[:, 1:].copy(), ValueError, "shape"),
-    (lambda S: S + 0j, TypeError, "complex"),
-    (lambda S: S > 0, TypeError, "bool"),
-    (lambda S: "S", TypeError, "dtype|str"),
-    (lambda S: np.full(S.shape, np.nan), ValueError, "non-finite"),
-    (lambda S: np.exp(S * 1e3), ValueError, "non-finite"),             # overflow to inf
-])
+
+@pytest.mark.parametrize("n", [40, 700])  # the dense small path and the tiled one
+@pytest.mark.parametrize(
+    "bad,error,match",
+    [
+        (lambda S: 1.0, ValueError, r"shape \(\)"),  # a scalar: not broadcast
+        (lambda S: S[:1].copy(), ValueError, r"shape \(1, "),  # one row: not broadcast
+        (lambda S: S[:, 1:].copy(), ValueError, "shape"),
+        (lambda S: S + 0j, TypeError, "complex"),
+        (lambda S: S > 0, TypeError, "bool"),
+        (lambda S: "S", TypeError, "dtype|str"),
+        (lambda S: np.full(S.shape, np.nan), ValueError, "non-finite"),
+        (lambda S: np.exp(S * 1e3), ValueError, "non-finite"),  # overflow to inf
+    ],
+)
 def test_a_bad_kernel_result_is_an_error_naming_the_kernel(n, bad, error, match):
     Q, Y, values, _, _ = _problem(n=n, m=n)
 
@@ -568,7 +580,7 @@ def test_an_in_place_kernel_that_writes_non_finite_values_is_an_error():
 
     def log_kernel(S):
         with np.errstate(divide="ignore", invalid="ignore"):
-            np.log(S, out=S)          # negative scores: NaN
+            np.log(S, out=S)  # negative scores: NaN
 
     with pytest.raises(ValueError, match=r"kind \(the kernel log_kernel\).*non-finite"):
         kernel_sums(Q, Y, values, log_kernel)
@@ -583,6 +595,7 @@ def test_a_kernel_may_return_an_array_like_of_the_block_shape():
 # ---------------------------------------------------------------------------------------------
 # shifted scores far below the underflow threshold are clamped: sums bitwise unchanged
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("kind", ["softmax", "exp"])
@@ -604,11 +617,11 @@ def test_clamping_far_negative_scores_changes_no_bit(kind, masked, monkeypatch):
 
     monkeypatch.setattr(K, "_Job", spy)
     clamped = kernel_sums(X, X, values, kind, pos, pos)
-    assert jobs[-1].clamp                             # the clamp really ran
+    assert jobs[-1].clamp  # the clamp really ran
     S = X @ X.T - jobs[-1].shift[:, None] if not masked else None
     if S is not None:
-        assert (S < -745).mean() > 0.3               # ... on scores whose exp is 0
-    monkeypatch.setattr(K, "_EXP_FLOOR", -np.inf)   # no clamp: the plain exponential
+        assert (S < -745).mean() > 0.3  # ... on scores whose exp is 0
+    monkeypatch.setattr(K, "_EXP_FLOOR", -np.inf)  # no clamp: the plain exponential
     plain = kernel_sums(X, X, values, kind, pos, pos)
     for a, b in zip(clamped if kind == "exp" else [clamped], plain if kind == "exp" else [plain]):
         assert np.array_equal(a, b, equal_nan=True)
@@ -616,6 +629,7 @@ def test_clamping_far_negative_scores_changes_no_bit(kind, masked, monkeypatch):
 
 def test_clamped_softmax_fields_are_bitwise_the_unclamped_ones(monkeypatch):
     import tpde_lib as tp
+
     rng = np.random.default_rng(4)
     for n, d, scale in ((400, 2, 30.0), (2000, 2, 10.0), (1000, 16, 6.0)):
         X = scale * rng.standard_normal((n, d))
@@ -650,6 +664,7 @@ def two_blas_threads():
 
 def test_blas_is_held_to_one_thread_for_the_whole_field_and_restored(two_blas_threads):
     import tpde_lib as tp
+
     seen = []
     Q, Y, values, _, _ = _problem(n=700, m=700)
 
@@ -703,25 +718,27 @@ def test_threaded_calls_from_several_threads_restore_blas(two_blas_threads):
     # the hold is shared: while any caller is inside, BLAS stays at one thread; the last one
     # out restores two. Each result is bitwise the one a call alone gives.
     import tpde_lib as tp
+
     rng = np.random.default_rng(12)
     K.set_num_threads(3)
     X = rng.standard_normal((900, 4))
-    atts = [tp.Softmax(rng.standard_normal((4, 4)), np.eye(4)),
-            tp.Sigmoid(rng.standard_normal((4, 4)), np.eye(4)),
-            tp.Unnormalised(0.1 * rng.standard_normal((4, 4)), np.eye(4))]
+    atts = [
+        tp.Softmax(rng.standard_normal((4, 4)), np.eye(4)),
+        tp.Sigmoid(rng.standard_normal((4, 4)), np.eye(4)),
+        tp.Unnormalised(0.1 * rng.standard_normal((4, 4)), np.eye(4)),
+    ]
     mu = tp.Empirical(X)
     alone = [a.velocity(mu) for a in atts]
     problem = _problem(n=700, m=650, seed=21)
     alone.append(kernel_sums(*problem[:3], _slow_relu))
-    calls = [lambda a=a: a.velocity(mu) for a in atts] + [
-        lambda: kernel_sums(*problem[:3], _slow_relu)]
+    calls = [lambda a=a: a.velocity(mu) for a in atts] + [lambda: kernel_sums(*problem[:3], _slow_relu)]
     same, errors = [[] for _ in calls], []
 
     def run(k):
         try:
             for _ in range(4):
                 same[k].append(np.array_equal(calls[k](), alone[k]))
-        except BaseException as exc:          # pragma: no cover - reported below
+        except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(len(calls))]
@@ -743,7 +760,7 @@ def test_hidden_keys_never_raise_under_the_callers_errstate():
     pos = np.sort(rng.random(n))
     with np.errstate(all="raise"):
         got = kernel_sums(X, X, np.ones((n, 1)), "softmax", pos, pos)
-    assert np.isfinite(got).all() and got.min() >= 1.0      # each row sees itself: e^0
+    assert np.isfinite(got).all() and got.min() >= 1.0  # each row sees itself: e^0
 
 
 def test_velocity_holds_blas_for_any_large_field_only(two_blas_threads):

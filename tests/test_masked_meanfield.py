@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 
 from tpde_lib.masked import sink_positions, with_sink
-from tpde_lib.transport import coupled_wasserstein, position_quantile_pieces
 from tpde_lib.measures import Empirical
-from tpde_lib.transport import conditional_wasserstein
+from tpde_lib.transport import conditional_wasserstein, coupled_wasserstein, position_quantile_pieces
 
 
 def line_tokens(n, a):
@@ -26,8 +25,9 @@ def test_grid_against_refined_grid_has_its_closed_form(a, p):
 
 
 def test_supremum_is_the_largest_gap():
-    assert coupled_wasserstein(line_tokens(5, 0.0), line_tokens(20, 0.0), np.inf) == \
-        pytest.approx(3 / 20, rel=1e-12)
+    assert coupled_wasserstein(line_tokens(5, 0.0), line_tokens(20, 0.0), np.inf) == pytest.approx(
+        3 / 20, rel=1e-12
+    )
 
 
 def test_equal_marginals_give_the_conditional_distance():
@@ -35,8 +35,7 @@ def test_equal_marginals_give_the_conditional_distance():
     mu = with_sink(rng.standard_normal((30, 2)), 0.2, n_sink=1)
     nu = mu.with_points(mu.points + rng.standard_normal((30, 2)))
     for p in (1.0, 2.0, 4.0):
-        assert coupled_wasserstein(mu, nu, p) == pytest.approx(
-            conditional_wasserstein(mu, nu, p), rel=1e-12)
+        assert coupled_wasserstein(mu, nu, p) == pytest.approx(conditional_wasserstein(mu, nu, p), rel=1e-12)
 
 
 def test_symmetric_and_zero_on_itself():
@@ -49,8 +48,7 @@ def test_unsorted_rows_do_not_matter():
     mu, nu = line_tokens(8, 0.2), line_tokens(13, 0.0)
     perm = np.random.default_rng(1).permutation(mu.n)
     shuffled = Empirical(mu.points[perm], weights=mu.weights[perm], positions=mu.positions[perm])
-    assert coupled_wasserstein(shuffled, nu) == pytest.approx(coupled_wasserstein(mu, nu),
-                                                              rel=1e-14)
+    assert coupled_wasserstein(shuffled, nu) == pytest.approx(coupled_wasserstein(mu, nu), rel=1e-14)
 
 
 def test_pieces_carry_the_masses():

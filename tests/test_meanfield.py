@@ -32,19 +32,19 @@ def test_uniform_disk_moments_match_the_closed_form(radius):
     assert np.linalg.norm(x, axis=1).max() <= radius
     # |x|^2 / R^2 is uniform on [0, 1]: mean 1/2, variance 1/12; E x1^2 = R^2/4, E x1 x2 = 0.
     # Each tolerance is 4 standard errors of the Monte-Carlo mean (sd / sqrt(n)).
-    r2 = np.sum(x ** 2, axis=1) / radius ** 2
+    r2 = np.sum(x**2, axis=1) / radius**2
     assert abs(r2.mean() - 0.5) <= 4 * np.sqrt(1 / 12 / n)
     assert np.all(np.abs(x.mean(axis=0)) <= 4 * (radius / 2) / np.sqrt(n))  # sd of x1 is R/2
     # sd of x1^2 / R^2: E x1^4 / R^4 - 1/16 = 1/8 - 1/16 = 1/16
-    assert abs(np.mean(x[:, 0] ** 2) / radius ** 2 - 0.25) <= 4 * 0.25 / np.sqrt(n)
+    assert abs(np.mean(x[:, 0] ** 2) / radius**2 - 0.25) <= 4 * 0.25 / np.sqrt(n)
     # sd of x1 x2 / R^2: E x1^2 x2^2 / R^4 = 1/24
-    assert abs(np.mean(x[:, 0] * x[:, 1]) / radius ** 2) <= 4 * np.sqrt(1 / 24 / n)
+    assert abs(np.mean(x[:, 0] * x[:, 1]) / radius**2) <= 4 * np.sqrt(1 / 24 / n)
 
 
 def test_uniform_disk_radial_and_angular_laws():
     # P(|x| <= r) = r^2 (area fraction) and uniform angles: Kolmogorov-Smirnov, fixed seed
     x = uniform_disk(20_000, seed=5)
-    assert stats.kstest(np.sum(x ** 2, axis=1), "uniform").pvalue > 1e-3
+    assert stats.kstest(np.sum(x**2, axis=1), "uniform").pvalue > 1e-3
     angle = (np.arctan2(x[:, 1], x[:, 0]) + np.pi) / (2 * np.pi)
     assert stats.kstest(angle, "uniform").pvalue > 1e-3
 
@@ -70,7 +70,7 @@ def test_sunflower_points_fill_the_disk_with_equal_area():
     assert x.shape == (1000, 2) and r.max() <= 2.0
     # the fraction of points inside radius rho is rho^2 / R^2 to within one point
     for rho in (0.5, 1.0, 1.7):
-        assert abs(np.mean(r <= rho) - rho ** 2 / 4) <= 1 / 1000 + 1e-12
+        assert abs(np.mean(r <= rho) - rho**2 / 4) <= 1 / 1000 + 1e-12
 
 
 @pytest.mark.parametrize("bad, exc", [(0, ValueError), (2.5, TypeError), (True, TypeError)])
@@ -153,7 +153,7 @@ def test_coupling_distance_bounds_the_exact_wasserstein_distance():
         x, y = rng.standard_normal((40, 2)), rng.standard_normal((40, 2))
         w = rng.uniform(0.5, 1.5, 40)
         w /= w.sum()
-        exact = wasserstein(Empirical(x, w), Empirical(y, w))   # POT's network simplex
+        exact = wasserstein(Empirical(x, w), Empirical(y, w))  # POT's network simplex
         assert exact <= coupling_distance(x, y, w) + 1e-12
         # unrelated clouds: the label coupling is far from optimal
         assert exact < 0.9 * coupling_distance(x, y, w)
@@ -188,7 +188,7 @@ def test_distances_reject_mismatched_clouds():
 @pytest.mark.parametrize("slope, C", [(-0.5, 0.3), (1.0, 2.0), (-1.7, 5.0)])
 def test_fit_rate_recovers_an_exact_power_law(slope, C):
     x = np.array([100.0, 300.0, 1000.0, 3000.0, 10_000.0])
-    fit = fit_rate(x, C * x ** slope)
+    fit = fit_rate(x, C * x**slope)
     assert isinstance(fit, RateFit)
     assert fit.slope == pytest.approx(slope, abs=1e-12)
     assert fit.prefactor == pytest.approx(C, rel=1e-10)
@@ -198,7 +198,7 @@ def test_fit_rate_recovers_an_exact_power_law(slope, C):
 def test_fit_rate_standard_error_matches_scipy_linregress():
     rng = np.random.default_rng(4)
     x = np.repeat([10.0, 30.0, 100.0, 300.0], 3)
-    y = 2.0 * x ** -0.5 * np.exp(0.2 * rng.standard_normal(x.size))
+    y = 2.0 * x**-0.5 * np.exp(0.2 * rng.standard_normal(x.size))
     fit = fit_rate(x, y, level=0.9)
     ref = stats.linregress(np.log(x), np.log(y))
     assert fit.slope == pytest.approx(ref.slope, rel=1e-12)
@@ -223,7 +223,7 @@ def test_fit_rate_interval_covers_the_true_slope_at_its_level():
     x = np.repeat([100.0, 300.0, 1000.0, 3000.0], 3)
     hits = 0
     for _ in range(2000):
-        y = 0.5 * x ** -0.5 * np.exp(0.3 * rng.standard_normal(x.size))
+        y = 0.5 * x**-0.5 * np.exp(0.3 * rng.standard_normal(x.size))
         hits += fit_rate(x, y).contains(-0.5)
     assert abs(hits / 2000 - 0.95) <= 0.02, hits
 
@@ -233,8 +233,15 @@ def test_fit_rate_with_two_points_has_an_infinite_interval():
     assert fit.slope == pytest.approx(-1.0) and fit.stderr == np.inf and fit.contains(5.0)
 
 
-@pytest.mark.parametrize("x, y", [([1.0, 2.0], [1.0, 0.0]), ([1.0, -2.0], [1.0, 1.0]),
-                                  ([1.0, 1.0], [1.0, 2.0]), ([1.0, 2.0, 3.0], [1.0, 2.0])])
+@pytest.mark.parametrize(
+    "x, y",
+    [
+        ([1.0, 2.0], [1.0, 0.0]),
+        ([1.0, -2.0], [1.0, 1.0]),
+        ([1.0, 1.0], [1.0, 2.0]),
+        ([1.0, 2.0, 3.0], [1.0, 2.0]),
+    ],
+)
 def test_fit_rate_rejects_bad_data(x, y):
     with pytest.raises(ValueError):
         fit_rate(x, y)
@@ -272,14 +279,14 @@ def test_step_order_of_rk4_is_four():
 
 def test_step_order_errors_match_a_direct_computation():
     from tpde_lib.particles import simulate
+
     att, mu = _small_cloud()
     res = step_order(att, mu, [0.25, 0.125], T=0.5, method="euler", reference_h=0.01)
     ref = simulate(att, mu, [0.0, 0.5], method="rk4", h=0.01).points[-1]
     x = mu.points.copy()
-    for k in range(2):          # two residual layers of step 0.25
+    for k in range(2):  # two residual layers of step 0.25
         x = x + 0.25 * att.velocity(Empirical(x), t=0.25 * k)
-    assert res.errors[0] == pytest.approx(np.sqrt(np.mean(np.sum((x - ref) ** 2, axis=1))),
-                                          rel=1e-10)
+    assert res.errors[0] == pytest.approx(np.sqrt(np.mean(np.sum((x - ref) ** 2, axis=1))), rel=1e-10)
 
 
 def test_step_order_rejects_bad_arguments():

@@ -18,8 +18,7 @@ def test_default_weights_are_uniform_and_moments_match_numpy():
 
 
 @settings(max_examples=30, deadline=None)
-@given(arrays(float, (7, 2), elements=st.floats(-5, 5)),
-       arrays(float, 7, elements=st.floats(0.01, 1)))
+@given(arrays(float, (7, 2), elements=st.floats(-5, 5)), arrays(float, 7, elements=st.floats(0.01, 1)))
 def test_weighted_moments_equal_duplicated_uniform_sample(X, raw):
     # integer weights k_i / sum k: the same as repeating token i k_i times with uniform weights
     k = np.ceil(raw * 4).astype(int)
@@ -37,17 +36,20 @@ def test_measures_are_immutable_values():
     assert np.all(mu.points == 0) and np.all(nu.points == 1)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(points=np.zeros(3)), "points"),
-    (dict(points=np.zeros((0, 2))), "points"),
-    (dict(points=[[0.0, np.nan]]), "points"),
-    (dict(points=np.zeros((2, 2)), weights=[0.5, 0.6]), "weights must sum to 1"),
-    (dict(points=np.zeros((2, 2)), weights=[1.5, -0.5]), "weights must be non-negative"),
-    (dict(points=np.zeros((2, 2)), weights=[1.0]), "weights"),
-    (dict(points=np.zeros((2, 2)), positions=[0.0, 1.5]), "positions must lie in"),
-    (dict(points=np.zeros((2, 2)), positions=[0.0]), "positions"),
-    (dict(points=np.zeros((2, 2)), positions=[0.0, np.inf]), "positions"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(points=np.zeros(3)), "points"),
+        (dict(points=np.zeros((0, 2))), "points"),
+        (dict(points=[[0.0, np.nan]]), "points"),
+        (dict(points=np.zeros((2, 2)), weights=[0.5, 0.6]), "weights must sum to 1"),
+        (dict(points=np.zeros((2, 2)), weights=[1.5, -0.5]), "weights must be non-negative"),
+        (dict(points=np.zeros((2, 2)), weights=[1.0]), "weights"),
+        (dict(points=np.zeros((2, 2)), positions=[0.0, 1.5]), "positions must lie in"),
+        (dict(points=np.zeros((2, 2)), positions=[0.0]), "positions"),
+        (dict(points=np.zeros((2, 2)), positions=[0.0, np.inf]), "positions"),
+    ],
+)
 def test_empirical_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Empirical(**kwargs)
@@ -58,14 +60,17 @@ def test_empirical_rejects_non_numeric_points():
         Empirical([["a", "b"]])
 
 
-@pytest.mark.parametrize("mean, cov, match", [
-    ([0.0, 0.0], [[1.0, 0.5], [0.0, 1.0]], "symmetric"),
-    ([0.0, 0.0], [[1.0, 2.0], [2.0, 1.0]], "positive semi-definite"),
-    ([0.0, 0.0, 0.0], np.eye(2), "cov must have shape"),
-    ([0.0, 0.0], np.eye(3)[:2], "cov"),
-    ([0.0, np.nan], np.eye(2), "mean"),
-    ([[0.0, 0.0]], np.eye(2), "mean"),
-])
+@pytest.mark.parametrize(
+    "mean, cov, match",
+    [
+        ([0.0, 0.0], [[1.0, 0.5], [0.0, 1.0]], "symmetric"),
+        ([0.0, 0.0], [[1.0, 2.0], [2.0, 1.0]], "positive semi-definite"),
+        ([0.0, 0.0, 0.0], np.eye(2), "cov must have shape"),
+        ([0.0, 0.0], np.eye(3)[:2], "cov"),
+        ([0.0, np.nan], np.eye(2), "mean"),
+        ([[0.0, 0.0]], np.eye(2), "mean"),
+    ],
+)
 def test_gaussian_rejects_bad_input_naming_the_argument(mean, cov, match):
     with pytest.raises(ValueError, match=match):
         Gaussian(mean, cov)

@@ -35,19 +35,24 @@ def test_every_official_variant_builds_an_attention_with_a_closure():
 def test_panel_titles_use_the_books_words():
     e5 = of.paper_experiment("E5")
     labels = {v: e5.label(v) for v in e5.runs}
-    assert labels == {"softmax": "softmax", "multihead": "multi-head, H = 2", "L2": "ℓ²",
-                      "sinkhorn": "Sinkhorn"}
+    assert labels == {
+        "softmax": "softmax",
+        "multihead": "multi-head, H = 2",
+        "L2": "ℓ²",
+        "sinkhorn": "Sinkhorn",
+    }
     assert not any("_" in lab for lab in labels.values())
 
 
 # ---------------------------------------------------------------- the authors' settings
 
+
 def test_legacy_draws_satisfy_their_defining_properties():
     e1 = of.paper_experiment("E1")
     A1 = e1.parameters("softmax")["A"]
-    assert np.linalg.eigvalsh(A1 + A1.T).max() < 0          # K = -Q: A negative definite
+    assert np.linalg.eigvalsh(A1 + A1.T).max() < 0  # K = -Q: A negative definite
     assert np.linalg.eigvalsh(e1.V).min() > 0 and np.allclose(e1.V, e1.V.T)  # V = B B^T
-    assert np.all((e1.Q >= 0) & (e1.Q < 1))                  # rand: uniform on [0, 1)
+    assert np.all((e1.Q >= 0) & (e1.Q < 1))  # rand: uniform on [0, 1)
     e2 = of.paper_experiment("E2")
     assert np.isclose(np.linalg.norm(e2.Q), 1) and np.allclose(e2.K, -e2.Q)
     assert np.array_equal(e2.V, np.eye(2))
@@ -112,10 +117,10 @@ def test_multihead_split_follows_the_code():
     assert np.all(p3["As"][1] == 0)  # head 2 gets empty slices of the one-row Q
     e3 = of.paper_experiment("E3")
     # Sinkhorn: no 1/sqrt(d); softmax: 1/sqrt(d) with the full d = 2 although Q has one row
-    np.testing.assert_allclose(of.paper_parameters(e3.Q, e3.K, e3.V, "sinkhorn")["A"],
-                               e3.K.T @ e3.Q)
-    np.testing.assert_allclose(of.paper_parameters(e3.Q, e3.K, e3.V, "softmax")["A"],
-                               e3.K.T @ e3.Q / np.sqrt(2))
+    np.testing.assert_allclose(of.paper_parameters(e3.Q, e3.K, e3.V, "sinkhorn")["A"], e3.K.T @ e3.Q)
+    np.testing.assert_allclose(
+        of.paper_parameters(e3.Q, e3.K, e3.V, "softmax")["A"], e3.K.T @ e3.Q / np.sqrt(2)
+    )
 
 
 def test_histogram_settings_have_the_predicted_structure():
@@ -127,10 +132,12 @@ def test_histogram_settings_have_the_predicted_structure():
         # A + A^T = -2 Q^T Q / sqrt(d) has rank d // 2: the limit rank for V = I is ceil(d/2)
         assert np.all(predicted_limit_rank(A) == (d + 1) // 2)
     # the same seed-40 Q draws for both variants and both V rows
-    assert np.array_equal(of.histogram_setting("L2", "identity", 4).Q,
-                          of.histogram_setting("softmax", "random", 4).Q)
-    assert not np.allclose(of.histogram_setting("L2", "random", 4).V,
-                           of.histogram_setting("softmax", "random", 4).V)
+    assert np.array_equal(
+        of.histogram_setting("L2", "identity", 4).Q, of.histogram_setting("softmax", "random", 4).Q
+    )
+    assert not np.allclose(
+        of.histogram_setting("L2", "random", 4).V, of.histogram_setting("softmax", "random", 4).V
+    )
 
 
 def _sequential_protocol(setting, n_max):
@@ -144,8 +151,14 @@ def _sequential_protocol(setting, n_max):
     atts = setting.attentions()
     ok, failed, i, k = [], [], 0, 0
     while i < n and k < n_max:
-        res = of.projected_euler(covariance_rhs(atts[i]), inits[k], e.h, tol_low=e.tol_low,
-                                 tol_high=e.tol_high, max_iter=e.max_iter)
+        res = of.projected_euler(
+            covariance_rhs(atts[i]),
+            inits[k],
+            e.h,
+            tol_low=e.tol_low,
+            tol_high=e.tol_high,
+            max_iter=e.max_iter,
+        )
         status, steps = str(res.status[0]), int(res.n_steps[0])
         if status == "converged":
             rank = int(np.sum(np.linalg.eigvalsh(res.last[0]) > setting.tol_rank))
@@ -163,17 +176,27 @@ def test_protocol_retries_failed_runs_as_the_authors_loop(window):
     # retry rule is reached many times (the authors' settings reach it only in a few panels);
     # the protocol must take exactly the sequential loop's path, whatever the batching
     base = of.histogram_setting("softmax", "random", 3, n_per_dim=12)
-    setting = dataclasses.replace(base, n_max=40,
-                                  euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0, max_iter=400))
+    setting = dataclasses.replace(
+        base, n_max=40, euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0, max_iter=400)
+    )
     ok, failed, attempts = _sequential_protocol(setting, 40)
-    assert {f[2] for f in failed} == {"diverged", "max_iter"}      # both kinds of retry
-    assert any(a[0] == b[0] for a, b in zip(failed, failed[1:]))   # a draw failing twice
+    assert {f[2] for f in failed} == {"diverged", "max_iter"}  # both kinds of retry
+    assert any(a[0] == b[0] for a, b in zip(failed, failed[1:]))  # a draw failing twice
     run = of.paper_histogram_ranks(setting, window=window)
     assert run.draw_init.tolist() == [k for k, _, _ in ok]
     assert run.n_steps.tolist() == [steps for _, steps, _ in ok]
     assert run.euler_rank.tolist() == [rank for _, _, rank in ok]
-    assert list(zip(run.failed_draw.tolist(), run.failed_init.tolist(),
-                    run.failed_status.tolist(), run.failed_steps.tolist())) == failed
+    assert (
+        list(
+            zip(
+                run.failed_draw.tolist(),
+                run.failed_init.tolist(),
+                run.failed_status.tolist(),
+                run.failed_steps.tolist(),
+            )
+        )
+        == failed
+    )
     assert run.attempts == attempts and run.failures == len(failed)
     assert run.work >= sum(steps for _, steps, _ in ok) + sum(f[3] for f in failed)
 
@@ -182,8 +205,7 @@ def test_protocol_stops_when_the_initial_conditions_run_out():
     # with 9 initial conditions and runs that fail often, fewer than the 12 draws converge:
     # the authors' loop ends with the last initial condition, not with the last draw
     base = of.histogram_setting("softmax", "random", 3, n_per_dim=12)
-    setting = dataclasses.replace(base, euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0,
-                                                               max_iter=400))
+    setting = dataclasses.replace(base, euler=of.EulerSettings(0.09, 5e-5, tol_high=8.0, max_iter=400))
     ok, failed, attempts = _sequential_protocol(setting, 9)
     run = of.paper_histogram_ranks(setting, n_attempts=9)
     assert attempts == 9 and len(ok) < 9 and run.processed == len(ok)
@@ -195,8 +217,9 @@ def test_chunked_euler_equals_one_uninterrupted_run():
     e = of.paper_experiment("E6")  # some members converge, some blow up
     st = of.EulerSettings(0.02, 1e-3, tol_high=20.0, max_iter=3000)
     inits = e.inits(7, 7)
-    ref = of.projected_euler(e.rhs("softmax"), inits, st.h, tol_low=st.tol_low,
-                          tol_high=st.tol_high, max_iter=st.max_iter)
+    ref = of.projected_euler(
+        e.rhs("softmax"), inits, st.h, tol_low=st.tol_low, tol_high=st.tol_high, max_iter=st.max_iter
+    )
     got = of.run_paper_euler(lambda idx: e.rhs("softmax"), inits, st, chunk=37)
     assert set(ref.status) >= {"converged", "diverged"}
     np.testing.assert_array_equal(got.status, ref.status)
@@ -205,9 +228,8 @@ def test_chunked_euler_equals_one_uninterrupted_run():
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
 
 
-
-
 # ---------------------------------------------------------------- the committed cache
+
 
 def test_cached_full_protocol_matches_the_code_on_a_random_subset():
     # recompute a seeded random subset of the cached entries (converged runs of every panel, and
@@ -215,10 +237,14 @@ def test_cached_full_protocol_matches_the_code_on_a_random_subset():
     # eigenvalues to round-off (1e-9: reorderings of floating-point sums, far below the 0.1
     # rank threshold)
     cache = of.load_histogram_cache()
-    assert set(cache) == set(of.PANELS)   # all twelve panels of the authors' two figures
+    assert set(cache) == set(of.PANELS)  # all twelve panels of the authors' two figures
     rng = np.random.default_rng(12)
-    for key in (("softmax", "identity", 3), ("softmax", "random", 3), ("softmax", "random", 5),
-                ("L2", "random", 4)):
+    for key in (
+        ("softmax", "identity", 3),
+        ("softmax", "random", 3),
+        ("softmax", "random", 5),
+        ("L2", "random", 4),
+    ):
         panel = cache[key]
         draws = rng.choice(panel.draw_init.size, size=2, replace=False)
         div = np.flatnonzero(panel.failed_status == "diverged")
@@ -227,13 +253,12 @@ def test_cached_full_protocol_matches_the_code_on_a_random_subset():
         assert chk.mismatches == [], (key, chk.mismatches)
         assert chk.max_eig_diff < 1e-9, chk.max_eig_diff
         assert chk.pairing_ok
-        assert panel.draw_init.size == 100   # the authors' 100 draws were all processed
+        assert panel.draw_init.size == 100  # the authors' 100 draws were all processed
 
 
 def test_cache_check_detects_a_corrupted_entry():
     panel = of.load_histogram_cache()[("softmax", "identity", 3)]
-    bad = dataclasses.replace(panel, n_steps=panel.n_steps + np.eye(1, panel.n_steps.size, 0,
-                                                                      dtype=int)[0])
+    bad = dataclasses.replace(panel, n_steps=panel.n_steps + np.eye(1, panel.n_steps.size, 0, dtype=int)[0])
     assert of.check_cached_histogram(bad, [0]).mismatches
     shifted = dataclasses.replace(panel, draw_init=panel.draw_init + 1)
     assert not of.check_cached_histogram(shifted).pairing_ok
@@ -248,30 +273,43 @@ def _sym_rhs(S):
     return -S @ S
 
 
-@pytest.mark.parametrize("kwargs, exc, name", [
-    ({"h": 0}, ValueError, "h"), ({"h": -0.1}, ValueError, "h"), ({"h": np.nan}, ValueError, "h"),
-    ({"h": "0.1"}, TypeError, "h"), ({"tol_low": np.nan}, ValueError, "tol_low"),
-    ({"tol_high": -1.0}, ValueError, "tol_high"), ({"max_iter": 0}, ValueError, "max_iter"),
-    ({"max_iter": 10.0}, TypeError, "max_iter"), ({"record_every": 0}, ValueError, "record_every"),
-    ({"cov0": np.full((2, 2), np.nan)}, ValueError, "cov0"),
-    ({"cov0": [[1.0, 2.0], [0.0, 1.0]]}, ValueError, "cov0"),
-    ({"cov0": np.eye(2) + 0j}, TypeError, "cov0"), ({"cov0": "I"}, TypeError, "cov0"),
-    ({"cov0": np.ones((2, 3))}, ValueError, "cov0"), ({"rhs": np.eye(2)}, TypeError, "rhs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, name",
+    [
+        ({"h": 0}, ValueError, "h"),
+        ({"h": -0.1}, ValueError, "h"),
+        ({"h": np.nan}, ValueError, "h"),
+        ({"h": "0.1"}, TypeError, "h"),
+        ({"tol_low": np.nan}, ValueError, "tol_low"),
+        ({"tol_high": -1.0}, ValueError, "tol_high"),
+        ({"max_iter": 0}, ValueError, "max_iter"),
+        ({"max_iter": 10.0}, TypeError, "max_iter"),
+        ({"record_every": 0}, ValueError, "record_every"),
+        ({"cov0": np.full((2, 2), np.nan)}, ValueError, "cov0"),
+        ({"cov0": [[1.0, 2.0], [0.0, 1.0]]}, ValueError, "cov0"),
+        ({"cov0": np.eye(2) + 0j}, TypeError, "cov0"),
+        ({"cov0": "I"}, TypeError, "cov0"),
+        ({"cov0": np.ones((2, 3))}, ValueError, "cov0"),
+        ({"rhs": np.eye(2)}, TypeError, "rhs"),
+    ],
+)
 def test_projected_euler_rejects_bad_arguments_by_name(kwargs, exc, name):
     args = {"rhs": _sym_rhs, "cov0": np.eye(2), "h": 0.1, **kwargs}
-    with pytest.raises(exc, match=rf"^{name}\b"):    # the message starts with the name
+    with pytest.raises(exc, match=rf"^{name}\b"):  # the message starts with the name
         of.projected_euler(args.pop("rhs"), args.pop("cov0"), **args)
 
 
-@pytest.mark.parametrize("bad, exc, what", [
-    (lambda S: (-S @ S).astype(complex), TypeError, "complex"),
-    (lambda S: -S @ S + 1e-3j, TypeError, "complex"),
-    (lambda S: np.trace(S), ValueError, "shape"),
-    (lambda S: (-S @ S)[..., :1], ValueError, "shape"),
-    (lambda S: np.full(S.shape, np.nan), ValueError, "non-finite"),
-    (lambda S: "S", TypeError, "rhs"),
-])
+@pytest.mark.parametrize(
+    "bad, exc, what",
+    [
+        (lambda S: (-S @ S).astype(complex), TypeError, "complex"),
+        (lambda S: -S @ S + 1e-3j, TypeError, "complex"),
+        (lambda S: np.trace(S), ValueError, "shape"),
+        (lambda S: (-S @ S)[..., :1], ValueError, "shape"),
+        (lambda S: np.full(S.shape, np.nan), ValueError, "non-finite"),
+        (lambda S: "S", TypeError, "rhs"),
+    ],
+)
 def test_projected_euler_checks_what_the_rhs_returns(bad, exc, what):
     # the old code cast a complex rhs to its real part and broadcast a scalar; the error must
     # name the reader's callable
@@ -283,24 +321,30 @@ def test_projected_euler_checks_what_the_rhs_returns(bad, exc, what):
 def test_projected_euler_reports_a_rhs_that_turns_nan_with_its_time():
     def rhs(S):
         return np.full(S.shape, np.nan) if S[0, 0, 0] < 0.5 else -S @ S
+
     with pytest.raises(ValueError, match=r"rhs returned a non-finite .* iteration \d+ \(t = "):
         of.projected_euler(rhs, np.eye(2), 0.1, max_iter=100)
 
 
 def test_euler_settings_and_the_runner_reject_bad_arguments_by_name():
-    for kwargs, exc, name in [({"h": np.nan}, ValueError, "h"), ({"h": "0.1"}, TypeError, "h"),
-                              ({"h": 0.1, "tol_low": 0}, ValueError, "tol_low"),
-                              ({"h": 0.1, "max_iter": 1.5}, TypeError, "max_iter"),
-                              ({"h": 0.1, "H": 0}, ValueError, "H")]:
+    for kwargs, exc, name in [
+        ({"h": np.nan}, ValueError, "h"),
+        ({"h": "0.1"}, TypeError, "h"),
+        ({"h": 0.1, "tol_low": 0}, ValueError, "tol_low"),
+        ({"h": 0.1, "max_iter": 1.5}, TypeError, "max_iter"),
+        ({"h": 0.1, "H": 0}, ValueError, "H"),
+    ]:
         with pytest.raises(exc, match=rf"^{name}\b"):
             of.EulerSettings(**kwargs)
     st = of.EulerSettings(0.1, max_iter=20)
     inits = np.eye(2)[None]
     rhs_for = lambda idx: _sym_rhs  # noqa: E731
-    for kwargs, exc, name in [({"record_every": 0}, ValueError, "record_every"),
-                              ({"chunk": 0}, ValueError, "chunk"),
-                              ({"max_iter": np.nan}, TypeError, "max_iter"),
-                              ({"max_iter": -3}, ValueError, "max_iter")]:
+    for kwargs, exc, name in [
+        ({"record_every": 0}, ValueError, "record_every"),
+        ({"chunk": 0}, ValueError, "chunk"),
+        ({"max_iter": np.nan}, TypeError, "max_iter"),
+        ({"max_iter": -3}, ValueError, "max_iter"),
+    ]:
         with pytest.raises(exc, match=rf"^{name}\b"):
             of.run_paper_euler(rhs_for, inits, st, **kwargs)
     with pytest.raises(TypeError, match="settings"):
@@ -310,53 +354,67 @@ def test_euler_settings_and_the_runner_reject_bad_arguments_by_name():
     with pytest.raises(TypeError, match="rhs_for must return a callable"):
         of.run_paper_euler(lambda idx: np.eye(2), inits, st)
     with pytest.raises(TypeError, match="complex"):
-        of.run_paper_euler(lambda idx: (lambda S: -S @ S + 0j), inits, st)
+        of.run_paper_euler(lambda idx: lambda S: -S @ S + 0j, inits, st)
 
 
-@pytest.mark.parametrize("call, exc, name", [
-    (lambda: of.histogram_inits("3", 4), TypeError, "d"),
-    (lambda: of.histogram_inits(3, 0), ValueError, "n"),
-    (lambda: of.histogram_inits(3, 2.0), TypeError, "n"),
-    (lambda: of.histogram_inits(3, 2, seed=-1), ValueError, "seed"),
-    (lambda: of.histogram_setting("softmax", "identity", 3.0), TypeError, "d"),
-    (lambda: of.histogram_setting("softmax", "identity", 6), ValueError, "d"),
-    (lambda: of.histogram_setting("softmax", "identity", 3, n_per_dim=2.5), TypeError,
-     "n_per_dim"),
-    (lambda: of.histogram_setting("cosine", "identity", 3), ValueError, "variant"),
-    (lambda: of.histogram_setting("softmax", "orthogonal", 3), ValueError, "V_kind"),
-    (lambda: of.paper_histogram_ranks("softmax"), TypeError, "setting"),
-    (lambda: of.paper_histogram_ranks(SMALL, max_iter=0), ValueError, "max_iter"),
-    (lambda: of.paper_histogram_ranks(SMALL, max_iter=np.nan), TypeError, "max_iter"),
-    (lambda: of.paper_histogram_ranks(SMALL, n_draws=5), ValueError, "n_draws"),
-    (lambda: of.paper_histogram_ranks(SMALL, n_attempts="9"), TypeError, "n_attempts"),
-    (lambda: of.paper_histogram_ranks(SMALL, window=0), ValueError, "window"),
-    (lambda: of.histogram_euler_budget(SMALL, max_iter=0.5), TypeError, "max_iter"),
-    (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0.5, 1.0]), TypeError,
-     "init_index"),
-    (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0]), ValueError, "init_index"),
-    (lambda: of.histogram_accurate(SMALL, horizon=-1.0), ValueError, "horizon"),
-    (lambda: of.histogram_accurate(SMALL, rtol=np.nan), ValueError, "rtol"),
-    (lambda: of.paired_ranks(np.ones((2, 3)), np.ones((2, 2, 2))), ValueError, "limits"),
-    (lambda: of.paired_ranks(np.ones((2, 2)), np.full((2, 2, 2), np.nan)), ValueError, "limits"),
-    (lambda: of.paired_ranks(np.ones((1, 2)), np.eye(2)[None], tol_rank=0), ValueError,
-     "tol_rank"),
-    (lambda: of.paper_parameters(np.eye(2), np.eye(2), np.eye(2), "softmax", H="2"), TypeError,
-     "H"),
-    (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), "L2", H=0), ValueError, "H"),
-    (lambda: of.paper_attention(np.eye(2), np.eye(2), np.full((2, 2), np.nan), "softmax"),
-     ValueError, "V"),
-    (lambda: of.paper_attention("Q", np.eye(2), np.eye(2), "softmax"), TypeError, "Q"),
-    (lambda: of.paper_attention(np.eye(2), np.eye(2), np.eye(3), "softmax"), ValueError, "V"),
-    (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), ["softmax"]), ValueError, "variant"),
-    (lambda: of.load_histogram_cache(3), TypeError, "path"),
-    (lambda: E6.euler("sinkhorn"), ValueError, "variant"),      # E6 has no Sinkhorn run
-    (lambda: E6.euler("softmax", record_every=0), ValueError, "record_every"),
-    (lambda: of.check_cached_histogram("panel"), TypeError, "panel"),
-    (lambda: of.HistogramSetting("softmax", "identity", 2, np.ones((1, 1, 3)), np.ones((1, 1, 3)),
-                                 np.ones((1, 2, 2)), of.EulerSettings(0.1), 10), ValueError, "Q"),
-])
+@pytest.mark.parametrize(
+    "call, exc, name",
+    [
+        (lambda: of.histogram_inits("3", 4), TypeError, "d"),
+        (lambda: of.histogram_inits(3, 0), ValueError, "n"),
+        (lambda: of.histogram_inits(3, 2.0), TypeError, "n"),
+        (lambda: of.histogram_inits(3, 2, seed=-1), ValueError, "seed"),
+        (lambda: of.histogram_setting("softmax", "identity", 3.0), TypeError, "d"),
+        (lambda: of.histogram_setting("softmax", "identity", 6), ValueError, "d"),
+        (lambda: of.histogram_setting("softmax", "identity", 3, n_per_dim=2.5), TypeError, "n_per_dim"),
+        (lambda: of.histogram_setting("cosine", "identity", 3), ValueError, "variant"),
+        (lambda: of.histogram_setting("softmax", "orthogonal", 3), ValueError, "V_kind"),
+        (lambda: of.paper_histogram_ranks("softmax"), TypeError, "setting"),
+        (lambda: of.paper_histogram_ranks(SMALL, max_iter=0), ValueError, "max_iter"),
+        (lambda: of.paper_histogram_ranks(SMALL, max_iter=np.nan), TypeError, "max_iter"),
+        (lambda: of.paper_histogram_ranks(SMALL, n_draws=5), ValueError, "n_draws"),
+        (lambda: of.paper_histogram_ranks(SMALL, n_attempts="9"), TypeError, "n_attempts"),
+        (lambda: of.paper_histogram_ranks(SMALL, window=0), ValueError, "window"),
+        (lambda: of.histogram_euler_budget(SMALL, max_iter=0.5), TypeError, "max_iter"),
+        (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0.5, 1.0]), TypeError, "init_index"),
+        (lambda: of.histogram_euler_budget(SMALL, 10, init_index=[0]), ValueError, "init_index"),
+        (lambda: of.histogram_accurate(SMALL, horizon=-1.0), ValueError, "horizon"),
+        (lambda: of.histogram_accurate(SMALL, rtol=np.nan), ValueError, "rtol"),
+        (lambda: of.paired_ranks(np.ones((2, 3)), np.ones((2, 2, 2))), ValueError, "limits"),
+        (lambda: of.paired_ranks(np.ones((2, 2)), np.full((2, 2, 2), np.nan)), ValueError, "limits"),
+        (lambda: of.paired_ranks(np.ones((1, 2)), np.eye(2)[None], tol_rank=0), ValueError, "tol_rank"),
+        (lambda: of.paper_parameters(np.eye(2), np.eye(2), np.eye(2), "softmax", H="2"), TypeError, "H"),
+        (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), "L2", H=0), ValueError, "H"),
+        (
+            lambda: of.paper_attention(np.eye(2), np.eye(2), np.full((2, 2), np.nan), "softmax"),
+            ValueError,
+            "V",
+        ),
+        (lambda: of.paper_attention("Q", np.eye(2), np.eye(2), "softmax"), TypeError, "Q"),
+        (lambda: of.paper_attention(np.eye(2), np.eye(2), np.eye(3), "softmax"), ValueError, "V"),
+        (lambda: of.paper_rhs(np.eye(2), np.eye(2), np.eye(2), ["softmax"]), ValueError, "variant"),
+        (lambda: of.load_histogram_cache(3), TypeError, "path"),
+        (lambda: E6.euler("sinkhorn"), ValueError, "variant"),  # E6 has no Sinkhorn run
+        (lambda: E6.euler("softmax", record_every=0), ValueError, "record_every"),
+        (lambda: of.check_cached_histogram("panel"), TypeError, "panel"),
+        (
+            lambda: of.HistogramSetting(
+                "softmax",
+                "identity",
+                2,
+                np.ones((1, 1, 3)),
+                np.ones((1, 1, 3)),
+                np.ones((1, 2, 2)),
+                of.EulerSettings(0.1),
+                10,
+            ),
+            ValueError,
+            "Q",
+        ),
+    ],
+)
 def test_official_helpers_reject_bad_arguments_by_name(call, exc, name):
-    with pytest.raises(exc, match=rf"^{name}\b"):    # the message starts with the name
+    with pytest.raises(exc, match=rf"^{name}\b"):  # the message starts with the name
         call()
 
 
@@ -381,7 +439,7 @@ def test_check_cached_histogram_rejects_out_of_range_entries():
     with pytest.raises(IndexError, match="draws"):
         of.check_cached_histogram(panel, draws=[100])
     with pytest.raises(IndexError, match="failed"):
-        of.check_cached_histogram(panel, failed=[0])    # this panel has no failed attempt
+        of.check_cached_histogram(panel, failed=[0])  # this panel has no failed attempt
     with pytest.raises(TypeError, match="draws"):
         of.check_cached_histogram(panel, draws=[0.5])
 
@@ -394,8 +452,10 @@ def test_protocol_rhs_is_the_closure_bit_for_bit(variant):
 
     s = of.histogram_setting(variant, "random", 5, n_per_dim=7)
     closures = [a.batched_closure() for a in s.attentions()]
-    P = [np.stack(v) for v in zip(*(tuple(np.asarray(p, dtype=float) for p in cl.params(0.0))
-                                     for cl in closures))]
+    P = [
+        np.stack(v)
+        for v in zip(*(tuple(np.asarray(p, dtype=float) for p in cl.params(0.0)) for cl in closures))
+    ]
     S = of.histogram_inits(5, 7) * np.linspace(0.01, 30, 7)[:, None, None]
     want = closures[0].rhs(*P, np.zeros((7, 5)), S)[1]
     assert np.array_equal(_covariance_only(closures[0].rhs, P, 5)(S), want)
@@ -408,8 +468,7 @@ def test_protocol_computes_no_run_the_loop_does_not_need_when_none_fails():
     assert run.work == run.n_steps.sum()
 
 
-@pytest.mark.parametrize("module", ["tpde_lib.official._projected_euler",
-                                    "tpde_lib.official._histograms"])
+@pytest.mark.parametrize("module", ["tpde_lib.official._projected_euler", "tpde_lib.official._histograms"])
 def test_the_examples_of_the_docstrings_run(module):
     # projected_euler, histogram_setting, histogram_inits, paper_histogram_ranks
     import doctest
@@ -428,7 +487,7 @@ def test_projection_is_the_authors_psd_projection_bit_for_bit():
     rng = np.random.default_rng(3)
     for d in (2, 3, 5):
         G = rng.standard_normal((50, d, d))
-        for S in (G @ G.transpose(0, 2, 1), G + G.transpose(0, 2, 1)):   # PSD, indefinite
+        for S in (G @ G.transpose(0, 2, 1), G + G.transpose(0, 2, 1)):  # PSD, indefinite
             lam, U = np.linalg.eigh(S)
             lam[lam < 0] = 1e-14
             want = np.stack([u @ np.diag(w) @ u.T for w, u in zip(lam, U)])

@@ -41,7 +41,7 @@ def test_euler_step_is_one_residual_layer_exactly():
     traj = simulate(Softmax(A, V), Empirical(X), np.arange(layers + 1) * h, method="euler", h=h)
     x = X.copy()
     for layer in range(layers):
-        x = x + h * _loop_softmax(A, V, x, w)    # a residual attention layer
+        x = x + h * _loop_softmax(A, V, x, w)  # a residual attention layer
         np.testing.assert_allclose(traj.points[layer + 1], x, rtol=1e-12, atol=1e-13)
     assert depth(traj.times, h) == layers
 
@@ -62,8 +62,9 @@ def _errors(method, hs, T=1.0):
     X, A, V = _cloud(n=10, seed=2)
     att, mu = Softmax(A, V), Empirical(X)
     ref = simulate(att, mu, [0.0, T], method="adaptive", rtol=1e-13, atol=1e-13).points[-1]
-    return np.array([np.abs(simulate(att, mu, [0.0, T], method=method, h=h).points[-1]
-                            - ref).max() for h in hs])
+    return np.array(
+        [np.abs(simulate(att, mu, [0.0, T], method=method, h=h).points[-1] - ref).max() for h in hs]
+    )
 
 
 def test_euler_error_is_first_order_in_the_step():
@@ -98,7 +99,7 @@ def test_softmax_particles_obey_support_bound():
     R = np.linalg.norm(traj.points, axis=2).max(axis=1)
     bound = np.linalg.norm(X, axis=1).max() * np.exp(np.linalg.norm(V, 2) * times)
     assert np.all(R <= bound * (1 + 1e-12))
-    assert R[-1] > R[0]          # the cloud does expand: the bound is not vacuous here
+    assert R[-1] > R[0]  # the cloud does expand: the bound is not vacuous here
 
 
 @settings(max_examples=15, deadline=None)
@@ -124,8 +125,7 @@ def test_weights_and_positions_travel_with_the_points():
     np.testing.assert_array_equal(mu.positions, s)
     np.testing.assert_array_equal(mu.points, traj.points[2])
     # the s = 0 fibre moves as if alone, weights renormalised
-    alone = simulate(Softmax(A, V), Empirical(X[:2], w[:2] / w[:2].sum()), [0.0, 0.5, 1.0],
-                     h=0.05)
+    alone = simulate(Softmax(A, V), Empirical(X[:2], w[:2] / w[:2].sum()), [0.0, 0.5, 1.0], h=0.05)
     np.testing.assert_allclose(traj.points[:, :2], alone.points, rtol=1e-12, atol=1e-14)
 
 
@@ -157,8 +157,7 @@ def test_sinkhorn_simulation_warm_starts_between_steps():
 def test_blow_up_is_reported_with_its_time():
     X = np.array([[1.0, 0.0], [2.0, 0.5], [-1.0, 0.3]])
     with pytest.raises(FloatingPointError, match=r"t=\d"):
-        simulate(Unnormalised(10 * np.eye(2), np.eye(2)), Empirical(X), [0.0, 5.0],
-                 method="euler", h=0.1)
+        simulate(Unnormalised(10 * np.eye(2), np.eye(2)), Empirical(X), [0.0, 5.0], method="euler", h=0.1)
 
 
 def test_bad_arguments_raise_naming_them():
@@ -192,7 +191,7 @@ def test_blow_up_can_stop_the_simulation_and_keep_the_times_reached(method):
     # unnormalised attention, one token pair: blows up in finite time; the stopped trajectory
     # must equal the first times of a run that ends before the blow-up
     X = np.array([[1.0, 0.0], [0.5, 0.5], [-1.0, 0.3]])
-    att = Unnormalised(0.5 * np.eye(2), np.eye(2))     # blows up near t = 0.76
+    att = Unnormalised(0.5 * np.eye(2), np.eye(2))  # blows up near t = 0.76
     times = np.linspace(0.0, 5.0, 51)
     traj = simulate(att, Empirical(X), times, method=method, h=0.01, on_blowup="stop")
     assert traj.blowup_time is not None and 1 < len(traj) < 51
@@ -249,13 +248,24 @@ def test_the_measure_is_validated_once_per_simulate_call(method, monkeypatch):
     assert np.array_equal(traj.points, again.points)
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    (lambda v: v[:, :1], ValueError, r"_LateField\.field returned shape \(12, 1\) at t=0\.55, "
-                                     r"expected \(12, 2\)"),
-    (lambda v: v + 1j, TypeError, r"_LateField\.field returned an array of dtype complex128 "
-                                  r"at t=0\.55"),
-    (lambda v: v * np.nan, FloatingPointError, r"field of _LateField is not finite at t=0\.55"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (
+            lambda v: v[:, :1],
+            ValueError,
+            r"_LateField\.field returned shape \(12, 1\) at t=0\.55, "
+            r"expected \(12, 2\)",
+        ),
+        (
+            lambda v: v + 1j,
+            TypeError,
+            r"_LateField\.field returned an array of dtype complex128 "
+            r"at t=0\.55",
+        ),
+        (lambda v: v * np.nan, FloatingPointError, r"field of _LateField is not finite at t=0\.55"),
+    ],
+)
 def test_a_field_that_goes_wrong_mid_run_is_named_with_its_time(bad, error, match):
     X = _cloud()[0]
     with pytest.raises(error, match=match):
@@ -264,8 +274,14 @@ def test_a_field_that_goes_wrong_mid_run_is_named_with_its_time(bad, error, matc
 
 def test_a_field_that_turns_non_finite_stops_with_its_time():
     X = _cloud()[0]
-    traj = simulate(_LateField(lambda v: v * np.inf), Empirical(X), np.linspace(0, 1, 5),
-                    method="euler", h=0.05, on_blowup="stop")
+    traj = simulate(
+        _LateField(lambda v: v * np.inf),
+        Empirical(X),
+        np.linspace(0, 1, 5),
+        method="euler",
+        h=0.05,
+        on_blowup="stop",
+    )
     assert traj.blowup_time == pytest.approx(0.6) and traj.times.tolist() == [0.0, 0.25, 0.5]
     assert np.isfinite(traj.points).all()
 
@@ -294,32 +310,43 @@ class _BadHead(Softmax):
         return np.zeros(2), self.bad(np.zeros((2, 2)))
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    (lambda v: v[0], ValueError, r"shape \(2,\) at t=0, expected \(12, 2\)"),
-    (lambda v: v[0, 0], ValueError, r"shape \(\) at t=0, expected \(12, 2\)"),
-    (lambda v: v[:, :1], ValueError, r"shape \(12, 1\) at t=0, expected \(12, 2\)"),
-    (lambda v: v + 1j, TypeError, r"dtype complex128 at t=0, expected real numbers of shape "
-                                  r"\(12, 2\)"),
-    (lambda v: v * np.nan, FloatingPointError, "not finite at t=0"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (lambda v: v[0], ValueError, r"shape \(2,\) at t=0, expected \(12, 2\)"),
+        (lambda v: v[0, 0], ValueError, r"shape \(\) at t=0, expected \(12, 2\)"),
+        (lambda v: v[:, :1], ValueError, r"shape \(12, 1\) at t=0, expected \(12, 2\)"),
+        (
+            lambda v: v + 1j,
+            TypeError,
+            r"dtype complex128 at t=0, expected real numbers of shape "
+            r"\(12, 2\)",
+        ),
+        (lambda v: v * np.nan, FloatingPointError, "not finite at t=0"),
+    ],
+)
 def test_a_multihead_head_returning_the_wrong_field_is_named(bad, error, match):
     # the old sum broadcast shapes (2,), () and (12, 1) and dropped the imaginary part
     from tpde_lib.attention import MultiHead
 
     X = _cloud()[0]
-    for heads, i in (([Softmax(np.eye(2), np.eye(2)), _BadHead(bad)], 1),
-                     ([_BadHead(bad), Softmax(np.eye(2), np.eye(2))], 0),
-                     ([Softmax(np.eye(2), np.eye(2)), Softmax(-np.eye(2), np.eye(2)),
-                       _BadHead(bad)], 2)):
+    for heads, i in (
+        ([Softmax(np.eye(2), np.eye(2)), _BadHead(bad)], 1),
+        ([_BadHead(bad), Softmax(np.eye(2), np.eye(2))], 0),
+        ([Softmax(np.eye(2), np.eye(2)), Softmax(-np.eye(2), np.eye(2)), _BadHead(bad)], 2),
+    ):
         with pytest.raises(error, match=rf"MultiHead heads\[{i}\] \(_BadHead\).*" + match):
             MultiHead(heads).velocity(X)
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    (lambda c: c[0], ValueError, r"covariance derivative of shape \(2,\) at t=0, expected \(2, 2\)"),
-    (lambda c: 0.0, ValueError, r"covariance derivative of shape \(\) at t=0, expected \(2, 2\)"),
-    (lambda c: c + 1j, TypeError, "covariance derivative of dtype complex128"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (lambda c: c[0], ValueError, r"covariance derivative of shape \(2,\) at t=0, expected \(2, 2\)"),
+        (lambda c: 0.0, ValueError, r"covariance derivative of shape \(\) at t=0, expected \(2, 2\)"),
+        (lambda c: c + 1j, TypeError, "covariance derivative of dtype complex128"),
+    ],
+)
 def test_a_multihead_head_returning_the_wrong_closure_is_named(bad, error, match):
     from tpde_lib.attention import MultiHead
 
@@ -350,5 +377,4 @@ def test_a_variant_overriding_velocity_is_called_through_it_at_every_stage():
     X, A, V = _cloud()
     traj = simulate(Logged(A, V), Empirical(X), [0.0, 1.0], h=0.25)
     assert len(calls) == 4 * 4
-    assert np.array_equal(traj.points, simulate(Softmax(A, V), Empirical(X), [0.0, 1.0],
-                                                h=0.25).points)
+    assert np.array_equal(traj.points, simulate(Softmax(A, V), Empirical(X), [0.0, 1.0], h=0.25).points)

@@ -22,8 +22,13 @@ from scipy.special import softmax as scipy_softmax
 
 import tpde_lib as tp
 
-POLICY = settings(max_examples=150, deadline=2000, derandomize=True, print_blob=True,
-                  suppress_health_check=[HealthCheck.too_slow])
+POLICY = settings(
+    max_examples=150,
+    deadline=2000,
+    derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 # ----------------------------------------------------------------------------- strategies
 BAD_DTYPES = [np.bool_, np.complex128, np.str_, np.object_]
@@ -32,21 +37,28 @@ GOOD_DTYPES = [np.int32, np.int64, np.float32, np.float64]
 
 def any_array(shape_strategy):
     """Arrays of any dtype, real or not, of the given shapes (small integer entries)."""
+
     def build(dtype, shape):
         if dtype is np.object_:
             return arrays(np.object_, shape, elements=st.sampled_from([1.0, "a", None, 2]))
         if dtype is np.str_:
             return arrays(np.dtype("<U3"), shape, elements=st.sampled_from(["1", "2.5", "x"]))
         return arrays(dtype, shape, elements=st.integers(-5, 5).map(lambda v: dtype(v)))
-    return st.tuples(st.sampled_from(BAD_DTYPES + GOOD_DTYPES), shape_strategy).flatmap(
-        lambda ds: build(*ds))
+
+    return st.tuples(st.sampled_from(BAD_DTYPES + GOOD_DTYPES), shape_strategy).flatmap(lambda ds: build(*ds))
 
 
 #: scalar arguments of every kind: valid and invalid numbers, bools, strings, complex, None
 ANY_SCALAR = st.one_of(
-    st.integers(-3, 5), st.floats(allow_nan=True, allow_infinity=True, width=64),
-    st.booleans(), st.sampled_from(["1", "rk4", "", "0.5"]), st.complex_numbers(max_magnitude=3),
-    st.none(), st.just(np.float64(0.5)), st.just(np.int64(3)))
+    st.integers(-3, 5),
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.booleans(),
+    st.sampled_from(["1", "rk4", "", "0.5"]),
+    st.complex_numbers(max_magnitude=3),
+    st.none(),
+    st.just(np.float64(0.5)),
+    st.just(np.int64(3)),
+)
 
 
 def _real_numeric(arr):
@@ -129,8 +141,10 @@ def test_gaussian_mean_of_any_dtype(mean):
 
 # ----------------------------------------------------------------------------- moments at every scale
 @POLICY
-@given(arrays(float, st.tuples(st.integers(1, 6), st.integers(1, 3)), elements=st.floats(-1e3, 1e3)),
-       st.integers(-990, 990))
+@given(
+    arrays(float, st.tuples(st.integers(1, 6), st.integers(1, 3)), elements=st.floats(-1e3, 1e3)),
+    st.integers(-990, 990),
+)
 def test_moments_scale_exactly_by_powers_of_two(X, k):
     # scaling by c = 2^k is exact in floating point, so mean(cX) = c mean(X) and
     # cov(cX) = c^2 cov(X) up to the rounding of the result itself; when c^2 cov(X) is not
@@ -162,8 +176,13 @@ def _sorted_matching(x, y, p):
 
 
 @POLICY
-@given(st.integers(1, 6), st.data(), st.sampled_from([1.0, 1.5, 2.0, 3.0, 10.0, 100.0, 1000.0]),
-       st.integers(-990, 990), st.integers(0, 2 ** 30))
+@given(
+    st.integers(1, 6),
+    st.data(),
+    st.sampled_from([1.0, 1.5, 2.0, 3.0, 10.0, 100.0, 1000.0]),
+    st.integers(-990, 990),
+    st.integers(0, 2**30),
+)
 def test_wasserstein_in_1d_is_the_sorted_matching_at_every_scale_and_offset(n, data, p, k, offset):
     # integer-valued points plus an integer offset up to 1e9 are exact floats; the scale 2^k is
     # exact too, so the sorted matching of the unscaled integers is the reference
@@ -180,7 +199,7 @@ def test_wasserstein_in_1d_is_the_sorted_matching_at_every_scale_and_offset(n, d
     # round-off in the points' own representation only when the offset dwarfs the gaps
     assert got == pytest.approx(want, rel=1e-9, abs=1e-300)
     sliced = tp.wasserstein(mu, nu, p=p, method="sliced", n_projections=3)
-    assert sliced == pytest.approx(want, rel=1e-9, abs=1e-300)   # d = 1: sliced = exact
+    assert sliced == pytest.approx(want, rel=1e-9, abs=1e-300)  # d = 1: sliced = exact
 
 
 @POLICY
@@ -207,8 +226,13 @@ def _weights(n):
 
 
 @POLICY
-@given(st.integers(1, 6), st.integers(1, 6), st.data(), st.sampled_from([1.0, 2.0, 3.5, 50.0, 400.0]),
-       st.integers(-900, 900))
+@given(
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.data(),
+    st.sampled_from([1.0, 2.0, 3.5, 50.0, 400.0]),
+    st.integers(-900, 900),
+)
 def test_weighted_1d_exact_and_sliced_agree(n, m, data, p, k):
     # d = 1: the network simplex on the full cost matrix and the quantile matching of the sliced
     # code are two independent algorithms for the same number, at scales 2^k
@@ -236,8 +260,14 @@ def test_sliced_matches_pot_on_the_same_directions(n, m, d, data, p):
     theta = np.random.default_rng(seed).standard_normal((d, L))
     theta /= np.linalg.norm(theta, axis=0, keepdims=True)
     want = float(ot.sliced_wasserstein_distance(x, y, a, b, p=p, projections=theta))
-    got = tp.wasserstein(tp.Empirical(x, weights=a), tp.Empirical(y, weights=b), p=p,
-                         method="sliced", n_projections=L, seed=seed)
+    got = tp.wasserstein(
+        tp.Empirical(x, weights=a),
+        tp.Empirical(y, weights=b),
+        p=p,
+        method="sliced",
+        n_projections=L,
+        seed=seed,
+    )
     assert got == pytest.approx(want, rel=1e-7, abs=1e-9)
 
 
@@ -286,17 +316,20 @@ def test_simulate_validates_every_argument_for_every_method(method, h, rtol, ato
     att = tp.Softmax(np.eye(2), -np.eye(2))
     mu = tp.Empirical([[0.0, 1.0], [1.0, 0.0]])
     positive = lambda v: _is_real_number(v) and math.isfinite(v) and v > 0
-    valid = {"h": h is None or positive(h), "rtol": positive(rtol), "atol": positive(atol),
-             "max_steps": max_steps is None or (_is_int(max_steps) and max_steps >= 1)}
+    valid = {
+        "h": h is None or positive(h),
+        "rtol": positive(rtol),
+        "atol": positive(atol),
+        "max_steps": max_steps is None or (_is_int(max_steps) and max_steps >= 1),
+    }
     if valid["h"] and h is not None and method != "adaptive":
         # h must also divide the interval [0, 0.5] and fit in the cap: not the policy under test
         h = 0.25
     try:
-        traj = tp.simulate(att, mu, [0.0, 0.5], method=method, h=h, rtol=rtol, atol=atol,
-                           max_steps=max_steps)
+        traj = tp.simulate(att, mu, [0.0, 0.5], method=method, h=h, rtol=rtol, atol=atol, max_steps=max_steps)
     except (TypeError, ValueError) as exc:
         named = str(exc).split(" ")[0]
-        if named == "simulate":   # the step cap: only legitimate for a small valid max_steps
+        if named == "simulate":  # the step cap: only legitimate for a small valid max_steps
             assert valid["max_steps"] and "max_steps" in str(exc), exc
             return
         assert named in valid and not valid[named], exc
@@ -308,8 +341,13 @@ def test_simulate_validates_every_argument_for_every_method(method, h, rtol, ato
 @POLICY
 @given(st.integers(1, 4), st.integers(-8, 8))
 def test_trajectory_measure_index_in_range_or_index_error(T, k):
-    traj = tp.simulate(tp.Softmax(np.eye(1), -np.eye(1)), tp.Empirical([[1.0], [2.0]]),
-                       np.arange(T) * 0.1, method="euler", h=0.05)
+    traj = tp.simulate(
+        tp.Softmax(np.eye(1), -np.eye(1)),
+        tp.Empirical([[1.0], [2.0]]),
+        np.arange(T) * 0.1,
+        method="euler",
+        h=0.05,
+    )
     if -T <= k < T:
         np.testing.assert_array_equal(traj.measure(k).points, traj.points[k])
     else:

@@ -36,8 +36,7 @@ class ReLU(tp.Attention):
         def relu(S):
             np.maximum(S, 0.0, out=S)
 
-        s = tp.kernel_sums(points @ self.A.T, points, points * weights[:, None], relu,
-                           positions, positions)
+        s = tp.kernel_sums(points @ self.A.T, points, points * weights[:, None], relu, positions, positions)
         return s @ self.V.T
 
 
@@ -47,8 +46,9 @@ class CosineSoftmax(tp.Softmax):
     def field(self, points, weights, positions, t):
         u = points / np.linalg.norm(points, axis=1, keepdims=True)
         S_q = u @ self.A(t).T
-        nd = tp.kernel_sums(S_q, u, np.hstack([points * weights[:, None], weights[:, None]]),
-                            "softmax", positions, positions)
+        nd = tp.kernel_sums(
+            S_q, u, np.hstack([points * weights[:, None], weights[:, None]]), "softmax", positions, positions
+        )
         return (nd[:, :-1] / nd[:, -1:]) @ self.V(t).T
 
 
@@ -134,7 +134,7 @@ def test_duplicating_every_token_with_half_weights_changes_nothing(name, att, _)
     s = None if mu.positions is None else np.tile(mu.positions, 2)
     mu2 = tp.Empirical(np.vstack([mu.points, mu.points]), np.tile(mu.weights, 2) / 2, s)
     v, v2 = att.velocity(mu), att.velocity(mu2)
-    assert _close(v2[: mu.n], v, name) and _close(v2[mu.n:], v, name)
+    assert _close(v2[: mu.n], v, name) and _close(v2[mu.n :], v, name)
 
 
 @pytest.mark.parametrize("name, att, _", VARIANTS, ids=IDS)
@@ -142,11 +142,10 @@ def test_tokens_of_zero_weight_are_not_keys(name, att, _):
     mu = _measure(att)
     extra = RNG.normal(size=(7, 2)) * 3.0
     s = None if mu.positions is None else np.concatenate([mu.positions, np.full(7, 0.5)])
-    mu0 = tp.Empirical(np.vstack([mu.points, extra]), np.concatenate([mu.weights, np.zeros(7)]),
-                       s)
+    mu0 = tp.Empirical(np.vstack([mu.points, extra]), np.concatenate([mu.weights, np.zeros(7)]), s)
     v0 = att.velocity(mu0)
     assert _close(v0[: mu.n], att.velocity(mu), name)
-    assert np.isfinite(v0[mu.n:]).all()     # zero-weight tokens are still moved by the field
+    assert np.isfinite(v0[mu.n :]).all()  # zero-weight tokens are still moved by the field
 
 
 CAUSAL = [v for v in VARIANTS if v[1].causal]
@@ -164,15 +163,16 @@ def test_causal_last_token_sees_everyone_and_first_only_its_own_fibre(name, att,
     if isinstance(att, tp.MultiHead):
         full.heads = tuple(_uncausal(h) for h in att.heads)
     v = att.velocity(mu)
-    assert _close(v[s == s.max()], full.velocity(tp.Empirical(mu.points, mu.weights))[s == s.max()],
-                  name), last
+    assert _close(v[s == s.max()], full.velocity(tp.Empirical(mu.points, mu.weights))[s == s.max()], name), (
+        last
+    )
     # the first fibre sees only itself: moving every later token leaves its field unchanged
     moved = mu.points.copy()
     later = s > s.min()
     moved[later] += RNG.normal(size=(later.sum(), 2)) * 2.0
     v_moved = att.velocity(tp.Empirical(moved, mu.weights, s))
     assert _close(v_moved[~later], v[~later], name), first
-    assert not np.allclose(v_moved[later], v[later])   # ... while later tokens do feel it
+    assert not np.allclose(v_moved[later], v[later])  # ... while later tokens do feel it
 
 
 def _uncausal(h):
@@ -198,7 +198,7 @@ def test_gaussian_closure_equals_the_moments_of_the_field(name, att, _):
     M = (c * mu.weights[:, None]).T @ field
     dc_q = M + M.T
     dm, dc = att.gaussian_rhs(g.mean, g.cov)
-    tol = 1e-7 if name == "sinkhorn" else 1e-9   # Sinkhorn: 30 nodes, quadrature error ~1e-9
+    tol = 1e-7 if name == "sinkhorn" else 1e-9  # Sinkhorn: 30 nodes, quadrature error ~1e-9
     assert np.allclose(dm, dm_q, atol=tol) and np.allclose(dc, dc_q, atol=tol)
 
 
@@ -207,8 +207,7 @@ def test_batch_solver_agrees_with_the_single_solver(name, att, _):
     g = tp.Gaussian([0.1, 0.2], [[0.5, 0.1], [0.1, 0.4]])
     times = [0.0, 0.3, 0.6]
     one = tp.simulate_gaussian(att, g, times)
-    batch = tp.simulate_gaussian_batch(att, np.stack([g.cov, 0.5 * g.cov]), times,
-                                       mean0=g.mean)
+    batch = tp.simulate_gaussian_batch(att, np.stack([g.cov, 0.5 * g.cov]), times, mean0=g.mean)
     assert np.allclose(batch.cov[0], one.cov, atol=1e-7)
     assert np.allclose(batch.mean[0], one.mean, atol=1e-7)
 
@@ -226,11 +225,13 @@ def test_variants_without_a_closure_raise_everywhere(name, att, _):
 
 def test_a_subclass_that_changes_the_field_inherits_no_formula():
     att = CosineSoftmax(A2, V2)
-    for call, what in [(lambda: att.gaussian_rhs(np.zeros(2), np.eye(2)), "gaussian_rhs"),
-                       (lambda: att.batched_closure(), "batched_closure"),
-                       (lambda: stability_bound(att, 1.0, 1.0), "growth_rate"),
-                       (lambda: att.log_lipschitz(1.0), "log_lipschitz"),
-                       (lambda: att.mobility(), "mobility")]:
+    for call, what in [
+        (lambda: att.gaussian_rhs(np.zeros(2), np.eye(2)), "gaussian_rhs"),
+        (lambda: att.batched_closure(), "batched_closure"),
+        (lambda: stability_bound(att, 1.0, 1.0), "growth_rate"),
+        (lambda: att.log_lipschitz(1.0), "log_lipschitz"),
+        (lambda: att.mobility(), "mobility"),
+    ]:
         with pytest.raises(NotImplementedError, match=f"CosineSoftmax.*{what}"):
             call()
     # ... and a multi-head layer with such a head has no closure either
@@ -318,7 +319,7 @@ def test_stability_constants_of_multihead_are_the_sums_of_the_heads():
 def test_mobility_methods_match_V_A_inverse():
     B = np.array([[2.0, 0.3], [0.3, 1.0]])
     P = np.array([[1.0, 0.2], [0.2, 0.5]])
-    A, V = -B, P @ B             # V A^{-1} = -P
+    A, V = -B, P @ B  # V A^{-1} = -P
     assert np.allclose(tp.Softmax(A, V).mobility(), P, atol=1e-13)
     assert np.allclose(tp.Unnormalised(A, V).mobility(), P, atol=1e-13)
     assert np.allclose(tp.Sinkhorn(A, V).mobility(), -P, atol=1e-13)
@@ -328,6 +329,7 @@ def test_mobility_methods_match_V_A_inverse():
 
 def test_no_formula_is_inherited_through_a_mixin_a_patch_or_the_instance():
     """The rule is checked at call time: wherever the new field comes from, no parent formula."""
+
     class ZeroField:
         def field(self, points, weights, positions, t):
             return 0.0 * points
@@ -342,8 +344,11 @@ def test_no_formula_is_inherited_through_a_mixin_a_patch_or_the_instance():
     on_instance = tp.Softmax(A2, V2)
     on_instance.field = lambda points, weights, positions, t: 0.0 * points
     g = tp.Gaussian([0.3, -0.2], [[1.0, 0.3], [0.3, 0.5]])
-    for att, where in [(Mixed(A2, V2), "in ZeroField"), (Patched(A2, V2), "in Patched"),
-                       (on_instance, "on the instance")]:
+    for att, where in [
+        (Mixed(A2, V2), "in ZeroField"),
+        (Patched(A2, V2), "in Patched"),
+        (on_instance, "on the instance"),
+    ]:
         assert np.array_equal(att.velocity(np.ones((3, 2))), np.zeros((3, 2)))
         with pytest.raises(NotImplementedError, match=where):
             tp.simulate_gaussian(att, g, [0.0, 1.0])

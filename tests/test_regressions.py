@@ -66,7 +66,7 @@ def test_sliced_wasserstein_at_p_1000_does_not_underflow():
     # found by tests/test_properties.py: the 1-D term, in units of the extent (3), underflowed to
     # 0. d = 1, sorted gaps (0, 0, 0, 0, 1): W_1000 = (1/5)^(1/1000)
     mu, nu = E([[0.0]] * 4 + [[2.0]]), E([[0.0]] * 4 + [[3.0]])
-    assert tp.wasserstein(mu, nu, p=1000, method="sliced") == pytest.approx(0.2 ** 1e-3, rel=1e-12)
+    assert tp.wasserstein(mu, nu, p=1000, method="sliced") == pytest.approx(0.2**1e-3, rel=1e-12)
 
 
 def test_wasserstein_between_nearby_clouds_is_the_identity_matching():
@@ -78,7 +78,7 @@ def test_wasserstein_between_nearby_clouds_is_the_identity_matching():
     # relative; rescaled to the best cost found it is exact to round-off
     rng = np.random.default_rng(1)
     x, move = rng.standard_normal((300, 2)), 1e-7 * rng.standard_normal((300, 2))
-    want = np.sqrt(np.mean(np.sum(move ** 2, axis=1)))
+    want = np.sqrt(np.mean(np.sum(move**2, axis=1)))
     assert tp.wasserstein(E(x), E(x + move)) == pytest.approx(want, rel=1e-9)
 
 
@@ -115,19 +115,31 @@ def test_moments_near_the_largest_float_are_computed_scaled():
     assert mu.cov()[0, 0] == pytest.approx(0.9216e308, rel=1e-9)
 
 
-@pytest.mark.parametrize("points, error", [
-    (np.ones((2, 2), bool), TypeError), ([["1.0", "2.0"]], TypeError), ([[1 + 1j, 0.0]], TypeError),
-    (np.array([[object()]]), TypeError), (None, TypeError), (np.zeros((3, 0)), ValueError),
-])
+@pytest.mark.parametrize(
+    "points, error",
+    [
+        (np.ones((2, 2), bool), TypeError),
+        ([["1.0", "2.0"]], TypeError),
+        ([[1 + 1j, 0.0]], TypeError),
+        (np.array([[object()]]), TypeError),
+        (None, TypeError),
+        (np.zeros((3, 0)), ValueError),
+    ],
+)
 def test_empirical_rejects_non_real_or_empty_points(points, error):
     with pytest.raises(error, match="points"):
         E(points)
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(weights=[True, False]), "weights"), (dict(weights=[0.5 + 0j, 0.5]), "weights"),
-    (dict(positions=[False, True]), "positions"), (dict(positions=[0j, 1.0]), "positions"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(weights=[True, False]), "weights"),
+        (dict(weights=[0.5 + 0j, 0.5]), "weights"),
+        (dict(positions=[False, True]), "positions"),
+        (dict(positions=[0j, 1.0]), "positions"),
+    ],
+)
 def test_empirical_rejects_bool_and_complex_weights_and_positions(kwargs, name):
     with pytest.raises(TypeError, match=name):
         E(X[:2], **kwargs)
@@ -140,11 +152,17 @@ def test_gaussian_rejects_bool_and_string_parameters():
         tp.Gaussian([0.0, 0.0], [["1", "0"], ["0", "1"]])
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    (dict(n=2.0), TypeError, "n"), (dict(n=True), TypeError, "n"),
-    (dict(n=5, seed=-1), ValueError, "seed"), (dict(n=5, seed=1.5), TypeError, "seed"),
-    (dict(n=5, seed="a"), TypeError, "seed"), (dict(n=5, seed=True), TypeError, "seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        (dict(n=2.0), TypeError, "n"),
+        (dict(n=True), TypeError, "n"),
+        (dict(n=5, seed=-1), ValueError, "seed"),
+        (dict(n=5, seed=1.5), TypeError, "seed"),
+        (dict(n=5, seed="a"), TypeError, "seed"),
+        (dict(n=5, seed=True), TypeError, "seed"),
+    ],
+)
 def test_gaussian_sample_validates_n_and_seed(kwargs, error, name):
     with pytest.raises(error, match=f"^{name} must"):
         tp.Gaussian([0.0, 0.0], I2).sample(**kwargs)
@@ -161,7 +179,7 @@ def test_long_horizon_is_refused_by_the_step_cap_before_any_step():
     start = time.perf_counter()
     with pytest.raises(ValueError, match=r"max_steps=100000: pass max_steps=20000000"):
         tp.simulate(tp.Softmax(0 * I2, -I2), MU, [0, 1e6])
-    assert time.perf_counter() - start < 1.0   # refused up front, not after running
+    assert time.perf_counter() - start < 1.0  # refused up front, not after running
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(method="euler", h=1.0)])
@@ -169,7 +187,7 @@ def test_horizon_1e18_does_not_overflow_the_step_count(kwargs):
     # the int64 step count wrapped around and the initial points were returned as the result
     with pytest.raises(ValueError, match="max_steps"):
         tp.simulate(tp.Softmax(0 * I2, -I2), MU, [0, 1e18], **kwargs)
-    assert depth([0.0, 1e18], 1.0) == 10 ** 18
+    assert depth([0.0, 1e18], 1.0) == 10**18
 
 
 def test_adaptive_integration_counts_its_steps():
@@ -186,22 +204,35 @@ def test_max_steps_allows_exactly_the_steps_it_names():
         tp.simulate(att, MU, [0, 1], method="euler", h=0.05, max_steps=19)
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    (dict(rtol=-1), ValueError, "rtol"), (dict(method="euler", atol=np.nan), ValueError, "atol"),
-    (dict(ivp_method="foo"), ValueError, "ivp_method"), (dict(method="adaptive", h=-1), ValueError, "h"),
-    (dict(h="0.1"), TypeError, "h"), (dict(h=True), TypeError, "h"),
-    (dict(method="adaptive", rtol="1e-6"), TypeError, "rtol"), (dict(max_steps=0), ValueError, "max_steps"),
-    (dict(max_steps=10.0), TypeError, "max_steps"), (dict(max_steps=True), TypeError, "max_steps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        (dict(rtol=-1), ValueError, "rtol"),
+        (dict(method="euler", atol=np.nan), ValueError, "atol"),
+        (dict(ivp_method="foo"), ValueError, "ivp_method"),
+        (dict(method="adaptive", h=-1), ValueError, "h"),
+        (dict(h="0.1"), TypeError, "h"),
+        (dict(h=True), TypeError, "h"),
+        (dict(method="adaptive", rtol="1e-6"), TypeError, "rtol"),
+        (dict(max_steps=0), ValueError, "max_steps"),
+        (dict(max_steps=10.0), TypeError, "max_steps"),
+        (dict(max_steps=True), TypeError, "max_steps"),
+    ],
+)
 def test_simulate_validates_arguments_the_method_ignores(kwargs, error, name):
     with pytest.raises(error, match=f"^{name} must"):
         tp.simulate(tp.Softmax(I2, -I2), MU, [0, 1], **kwargs)
 
 
-@pytest.mark.parametrize("times, error", [
-    ([False, True], TypeError), (["0", "1"], TypeError), ([0, 1j], TypeError),
-    ([-1e308, 1e308], ValueError),
-])
+@pytest.mark.parametrize(
+    "times, error",
+    [
+        ([False, True], TypeError),
+        (["0", "1"], TypeError),
+        ([0, 1j], TypeError),
+        ([-1e308, 1e308], ValueError),
+    ],
+)
 def test_simulate_rejects_bool_string_complex_and_overflowing_times(times, error):
     with pytest.raises(error, match="times"):
         tp.simulate(tp.Softmax(I2, -I2), MU, times)
@@ -265,25 +296,38 @@ def test_trajectory_measure_names_a_bad_index_and_the_range():
 
 
 # ---------------------------------------------------------------- transport arguments
-@pytest.mark.parametrize("kwargs, error, name", [
-    (dict(p="2"), TypeError, "p"), (dict(p=True), TypeError, "p"), (dict(p=2j), TypeError, "p"),
-    (dict(p=np.inf), ValueError, "p"), (dict(method=None), ValueError, "method"),
-    (dict(method="sliced", n_projections=2.0), TypeError, "n_projections"),
-    (dict(method="sliced", n_projections=True), TypeError, "n_projections"),
-    (dict(n_projections=-3), ValueError, "n_projections"),
-    (dict(method="sliced", seed=-1), ValueError, "seed"),
-    (dict(method="sliced", seed=1.5), TypeError, "seed"), (dict(seed="x"), TypeError, "seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        (dict(p="2"), TypeError, "p"),
+        (dict(p=True), TypeError, "p"),
+        (dict(p=2j), TypeError, "p"),
+        (dict(p=np.inf), ValueError, "p"),
+        (dict(method=None), ValueError, "method"),
+        (dict(method="sliced", n_projections=2.0), TypeError, "n_projections"),
+        (dict(method="sliced", n_projections=True), TypeError, "n_projections"),
+        (dict(n_projections=-3), ValueError, "n_projections"),
+        (dict(method="sliced", seed=-1), ValueError, "seed"),
+        (dict(method="sliced", seed=1.5), TypeError, "seed"),
+        (dict(seed="x"), TypeError, "seed"),
+    ],
+)
 def test_wasserstein_validates_every_argument(kwargs, error, name):
     with pytest.raises(error, match=f"^{name} must"):
         tp.wasserstein(MU, MU, **kwargs)
 
 
 # ---------------------------------------------------------------- parameters of the variants
-@pytest.mark.parametrize("A, error", [
-    ([["1", "0"], ["0", "1"]], TypeError), (I2 + 0j, TypeError), (np.eye(2, dtype=bool), TypeError),
-    (lambda t: I2 + 0j, TypeError), (lambda t: np.eye(3), ValueError),
-])
+@pytest.mark.parametrize(
+    "A, error",
+    [
+        ([["1", "0"], ["0", "1"]], TypeError),
+        (I2 + 0j, TypeError),
+        (np.eye(2, dtype=bool), TypeError),
+        (lambda t: I2 + 0j, TypeError),
+        (lambda t: np.eye(3), ValueError),
+    ],
+)
 def test_attention_matrices_must_be_real_numeric(A, error):
     with pytest.raises(error, match="A"):
         tp.Softmax(A, I2)

@@ -61,4 +61,5 @@ def test_licences_say_which_covers_what():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
     assert yaml.safe_load((ROOT / "CITATION.cff").read_text())["references"][0]["url"] == (
-        "https://arxiv.org/abs/2501.18322")
+        "https://arxiv.org/abs/2501.18322"
+    )

@@ -26,7 +26,7 @@ def _field_at(att, points, weights, x):
     """Γ_μ(x) for μ = sum_j w_j δ_{points_j}, at query points x (m, d): zero-weight tokens."""
     pts = np.vstack([points, x])
     w = np.concatenate([weights, np.zeros(len(x))])
-    return att.velocity(Empirical(pts, w))[len(points):]
+    return att.velocity(Empirical(pts, w))[len(points) :]
 
 
 def _in_ball(rng, n, d, R):
@@ -177,8 +177,7 @@ def test_linear_support_radius_blows_up_and_is_attained_by_a_dirac():
     # V = A = I, mu = δ_{x0}: x' = |x|^2 x, so r(t) = r0 / sqrt(1 - 2 r0^2 t), the bound exactly
     att = Linear(np.eye(2), np.eye(2))
     x0, T = np.array([[0.0, 1.0]]), 0.3
-    assert np.linalg.norm(_integrate(att, x0, T)) == pytest.approx(
-        support_radius(att, T, 1.0), rel=1e-8)
+    assert np.linalg.norm(_integrate(att, x0, T)) == pytest.approx(support_radius(att, T, 1.0), rel=1e-8)
     with pytest.raises(ValueError, match="blows up at t\\* = 0.5"):
         support_radius(att, 0.6, 1.0)
 
@@ -205,9 +204,9 @@ def test_stability_estimate_holds_for_perturbed_pairs():
         pts = _in_ball(rng, 15, 2, 0.4)
         moved = pts + 0.02 * rng.standard_normal(pts.shape)
         R0 = max(np.linalg.norm(pts, axis=1).max(), np.linalg.norm(moved, axis=1).max())
-        ratio = (wasserstein(Empirical(_integrate(att, pts, T)),
-                             Empirical(_integrate(att, moved, T)))
-                 / wasserstein(Empirical(pts), Empirical(moved)))
+        ratio = wasserstein(
+            Empirical(_integrate(att, pts, T)), Empirical(_integrate(att, moved, T))
+        ) / wasserstein(Empirical(pts), Empirical(moved))
         assert ratio <= stability_constant(att, T, R0), ratio
 
 
@@ -220,15 +219,15 @@ def test_time_dependent_parameters_use_the_supremum_over_the_grid():
     frozen = Softmax((1 + T) * A0, (1 + T) * V0)
     got, want = stability_bound(moving, T, 0.5), stability_bound(frozen, T, 0.5)
     assert (got.R_T, got.L_x, got.L_mu, got.log_C) == pytest.approx(
-        (want.R_T, want.L_x, want.L_mu, want.log_C), rel=1e-12)
+        (want.R_T, want.L_x, want.L_mu, want.log_C), rel=1e-12
+    )
 
 
 def test_huge_constants_are_reported_in_log_space():
     att = Softmax(np.eye(2), np.eye(2))
     bound = stability_bound(att, 1.0, 3.0)
     # R_T = 3e, log L = log(1 + 2 R_T^2) + 2 R_T^2 = 137.9: C = exp(e^{137.9}) overflows
-    assert bound.log_L == pytest.approx(np.log1p(2 * bound.R_T ** 2) + 2 * bound.R_T ** 2,
-                                        rel=1e-9)
+    assert bound.log_L == pytest.approx(np.log1p(2 * bound.R_T**2) + 2 * bound.R_T**2, rel=1e-9)
     with pytest.raises(OverflowError, match="log_C"):
         stability_constant(att, 1.0, 3.0)
 

@@ -26,8 +26,7 @@ def _lp_cost(C, a, b, allowed=None):
     n, m = C.shape
     A_eq = np.vstack([np.kron(np.eye(n), np.ones(m)), np.kron(np.ones(n), np.eye(m))])
     bounds = [(0, None if allowed is None or allowed.ravel()[k] else 0) for k in range(n * m)]
-    res = linprog(C.ravel(), A_eq=A_eq, b_eq=np.concatenate([a, b]), bounds=bounds,
-                  method="highs")
+    res = linprog(C.ravel(), A_eq=A_eq, b_eq=np.concatenate([a, b]), bounds=bounds, method="highs")
     assert res.status == 0
     return res.fun
 
@@ -38,6 +37,7 @@ def _pairwise_cost(x, y, p):
 
 
 # ---------------------------------------------------------------- Bures–Wasserstein
+
 
 def test_bures_wasserstein_matches_pot():
     rng = np.random.default_rng(0)
@@ -99,6 +99,7 @@ def test_bures_wasserstein_rejects_bad_arguments():
 
 # ---------------------------------------------------------------- W_p
 
+
 @pytest.mark.parametrize("p", [1, 1.5, 2, 3])
 def test_exact_wasserstein_matches_linear_program(p):
     rng = np.random.default_rng(5)
@@ -124,8 +125,7 @@ def test_wasserstein_of_a_translation_is_its_length(p):
     # W_p >= W_1 >= |mean difference| = |v|, and translating every point costs exactly |v|
     rng = np.random.default_rng(7)
     x, v = rng.uniform(-1, 1, (80, 3)), np.array([0.3, -0.2, 0.1])
-    assert wasserstein(Empirical(x), Empirical(x + v), p=p) == pytest.approx(
-        np.linalg.norm(v), rel=1e-9)
+    assert wasserstein(Empirical(x), Empirical(x + v), p=p) == pytest.approx(np.linalg.norm(v), rel=1e-9)
 
 
 def test_sliced_wasserstein_is_a_lower_bound_of_exact():
@@ -145,7 +145,8 @@ def test_sliced_wasserstein_equals_exact_in_one_dimension():
     rng = np.random.default_rng(9)
     mu, nu = Empirical(rng.standard_normal((60, 1))), Empirical(rng.uniform(size=(40, 1)))
     assert wasserstein(mu, nu, method="sliced", n_projections=3) == pytest.approx(
-        wasserstein(mu, nu), rel=1e-9)
+        wasserstein(mu, nu), rel=1e-9
+    )
 
 
 def test_sliced_wasserstein_of_a_translation_in_2d_is_length_over_sqrt2():
@@ -153,7 +154,7 @@ def test_sliced_wasserstein_of_a_translation_in_2d_is_length_over_sqrt2():
     # with L = 4000 directions the relative MC error of SW_2^2 is ~ 0.35 / sqrt(4000) / 0.5 = 1.1%
     x, v = np.random.default_rng(10).uniform(-1, 1, (50, 2)), np.array([1.0, 0.5])
     sliced = wasserstein(Empirical(x), Empirical(x + v), method="sliced", n_projections=4000)
-    assert sliced ** 2 == pytest.approx(np.sum(v ** 2) / 2, rel=0.05)
+    assert sliced**2 == pytest.approx(np.sum(v**2) / 2, rel=0.05)
 
 
 def test_wasserstein_rejects_bad_arguments():
@@ -171,6 +172,7 @@ def test_wasserstein_rejects_bad_arguments():
 
 
 # ---------------------------------------------------------------- conditional W_p
+
 
 def _fibred_pair(rng, sizes_mu, sizes_nu, masses, d=2):
     """Two measures with the same position marginal: fibre k at s_k carries mass masses[k]."""
@@ -211,8 +213,7 @@ def test_conditional_wasserstein_on_a_single_fibre_is_plain_wasserstein():
     rng = np.random.default_rng(13)
     x, y = rng.standard_normal((7, 3)), rng.standard_normal((9, 3))
     mu, nu = Empirical(x, positions=np.zeros(7)), Empirical(y, positions=np.zeros(9))
-    assert conditional_wasserstein(mu, nu, p=3) == pytest.approx(
-        wasserstein(mu, nu, p=3), rel=1e-10)
+    assert conditional_wasserstein(mu, nu, p=3) == pytest.approx(wasserstein(mu, nu, p=3), rel=1e-10)
 
 
 def test_conditional_wasserstein_with_one_token_per_position_is_the_matching_cost():
@@ -233,8 +234,7 @@ def test_conditional_wasserstein_is_at_least_plain_wasserstein(seed, sizes):
     masses = rng.dirichlet(np.ones(len(sizes)))
     mu, nu = _fibred_pair(rng, sizes, sizes[::-1], masses)
     assert conditional_wasserstein(mu, nu) >= wasserstein(mu, nu) * (1 - 1e-9)
-    assert conditional_wasserstein(mu, nu) == pytest.approx(conditional_wasserstein(nu, mu),
-                                                            rel=1e-8)
+    assert conditional_wasserstein(mu, nu) == pytest.approx(conditional_wasserstein(nu, mu), rel=1e-8)
 
 
 def test_conditional_wasserstein_rejects_different_position_marginals():

@@ -25,7 +25,7 @@ def test_ellipse_points_lie_on_the_quadratic_form_level_set():
     block = S[np.ix_([2, 0], [2, 0])]
     r = pts - m[[2, 0]]
     q = np.einsum("ni,ij,nj->n", r, np.linalg.inv(block), r)
-    assert np.allclose(q, 1.5 ** 2, rtol=1e-12)          # (x-a)^T S^-1 (x-a) = n_std^2
+    assert np.allclose(q, 1.5**2, rtol=1e-12)  # (x-a)^T S^-1 (x-a) = n_std^2
 
 
 def test_draw_ellipses_subsamples_normalises_and_centres():
@@ -34,25 +34,28 @@ def test_draw_ellipses_subsamples_normalises_and_centres():
     _, ax = new_axes()
     lines = draw_ellipses(ax, covs, means, n_std=1.0, n_max=4, normalise=True)
     assert len(lines) == 4
-    for line, k in zip(lines, [0, 3, 6, 9]):             # evenly spaced, ends included
+    for line, k in zip(lines, [0, 3, 6, 9]):  # evenly spaced, ends included
         xy = line.get_xydata() - means[k]
         S = covs[k] / np.trace(covs[k])
         q = np.einsum("ni,ij,nj->n", xy, np.linalg.inv(S), xy)
         assert np.allclose(q, 1.0, rtol=1e-12)
-    assert len(draw_ellipses(ax, covs)) == 10             # default: every one, at the origin
+    assert len(draw_ellipses(ax, covs)) == 10  # default: every one, at the origin
 
 
-@pytest.mark.parametrize("covs, match", [
-    (np.array([[[1.0, 0.0], [0.0, -0.5]]]), "covs must be positive semi-definite"),
-    (np.array([[[1.0, 0.5], [0.0, 1.0]]]), "covs must be symmetric"),
-    (np.array([[[1.0, np.nan], [np.nan, 1.0]]]), "covs must be finite"),
-    (np.eye(2), r"covs must have shape \(T, d, d\)"),
-])
+@pytest.mark.parametrize(
+    "covs, match",
+    [
+        (np.array([[[1.0, 0.0], [0.0, -0.5]]]), "covs must be positive semi-definite"),
+        (np.array([[[1.0, 0.5], [0.0, 1.0]]]), "covs must be symmetric"),
+        (np.array([[[1.0, np.nan], [np.nan, 1.0]]]), "covs must be finite"),
+        (np.eye(2), r"covs must have shape \(T, d, d\)"),
+    ],
+)
 def test_draw_ellipses_refuses_what_is_not_a_covariance(covs, match):
     _, ax = new_axes()
     with pytest.raises(ValueError, match=match):
         draw_ellipses(ax, covs)
-    assert not ax.lines                                   # nothing drawn before the error
+    assert not ax.lines  # nothing drawn before the error
 
 
 def test_ellipse_checks_name_their_argument():
@@ -71,8 +74,9 @@ def test_ellipse_checks_name_their_argument():
 
 def trajectory(T=4, n=5):
     pts = np.random.default_rng(1).standard_normal((T, n, 2))
-    return Trajectory(times=np.arange(T, dtype=float), points=pts,
-                      weights=np.full(n, 1 / n), positions=np.zeros(n))
+    return Trajectory(
+        times=np.arange(T, dtype=float), points=pts, weights=np.full(n, 1 / n), positions=np.zeros(n)
+    )
 
 
 @pytest.mark.parametrize("k", [4, -5, 100])

@@ -17,8 +17,10 @@ def png_size(data):
 
 
 def make_controls():
-    return {"a": widgets.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.5),
-            "kind": widgets.Dropdown(options=["x", "y"], value="x", description="kind of plot")}
+    return {
+        "a": widgets.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.5),
+        "kind": widgets.Dropdown(options=["x", "y"], value="x", description="kind of plot"),
+    }
 
 
 def recording_draw(calls):
@@ -27,6 +29,7 @@ def recording_draw(calls):
         ax = fig.add_subplot(1, 1, 1)
         ax.plot([0, 1], [0, a], "o-" if kind == "x" else "s--")
         ax.set_title(f"a = {a}, {kind}")
+
     return draw
 
 
@@ -36,20 +39,20 @@ def test_panel_redraws_on_each_change_into_one_reused_figure():
     panel = live_panel(recording_draw(calls), controls, figsize=(4, 3), dpi=50)
     image = panel.children[1]
     first = image.value
-    assert png_size(first) == (200, 150)          # figsize * dpi, no tight bounding box
+    assert png_size(first) == (200, 150)  # figsize * dpi, no tight bounding box
     controls["a"].value = 1.5
     second = image.value
     controls["kind"].value = "y"
     assert [c[1:] for c in calls] == [(1.0, "x"), (1.5, "x"), (1.5, "y")]
-    assert len({c[0] for c in calls}) == 1        # the same Figure every time
+    assert len({c[0] for c in calls}) == 1  # the same Figure every time
     assert len({first, second, image.value}) == 3  # each change gives a new image
 
 
 def test_panel_labels_controls_and_updates_sliders_on_release():
     controls = make_controls()
     panel = live_panel(recording_draw([]), controls)
-    assert controls["a"].description == "a"                 # was empty: labelled by its name
-    assert controls["kind"].description == "kind of plot"   # kept
+    assert controls["a"].description == "a"  # was empty: labelled by its name
+    assert controls["kind"].description == "kind of plot"  # kept
     assert controls["a"].continuous_update is False
     assert "tpde-live-panel" in panel._dom_classes
     assert "tpde-figure" in panel.children[1]._dom_classes
@@ -72,8 +75,9 @@ def test_panel_clears_the_figure_between_draws():
 
 def test_explore_marks_the_main_control_and_returns_both():
     controls = make_controls()
-    panel, twin = explore(recording_draw([]), controls, twin="a", twin_values=[0.0, 2.0],
-                          figsize=(3, 2), show=False)
+    panel, twin = explore(
+        recording_draw([]), controls, twin="a", twin_values=[0.0, 2.0], figsize=(3, 2), show=False
+    )
     assert "tpde-main-control" in controls["a"]._dom_classes
     assert "tpde-main-control" not in controls["kind"]._dom_classes
     assert isinstance(panel, widgets.VBox)
@@ -82,26 +86,28 @@ def test_explore_marks_the_main_control_and_returns_both():
 
 def test_static_twin_draws_each_value_once():
     calls = []
-    static_twin(recording_draw(calls), {"a": 1.0, "kind": "y"}, "a", [0.0, 0.5, 2.0],
-                figsize=(2, 2))
+    static_twin(recording_draw(calls), {"a": 1.0, "kind": "y"}, "a", [0.0, 0.5, 2.0], figsize=(2, 2))
     assert sorted({c[1:] for c in calls}) == [(0.0, "y"), (0.5, "y"), (2.0, "y")]
 
 
-@pytest.mark.parametrize("bad, error", [
-    ({"controls": {}}, ValueError),
-    ({"controls": {"a": 1.0}}, TypeError),
-    ({"twin": "b"}, ValueError),
-    ({"twin_values": []}, ValueError),
-])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"controls": {}}, ValueError),
+        ({"controls": {"a": 1.0}}, TypeError),
+        ({"twin": "b"}, ValueError),
+        ({"twin_values": []}, ValueError),
+    ],
+)
 def test_explore_rejects_bad_input(bad, error):
     args = {"controls": make_controls(), "twin": "a", "twin_values": [0.0, 1.0]}
     args.update(bad)
     with pytest.raises(error):
-        explore(recording_draw([]), args["controls"], args["twin"], args["twin_values"],
-                show=False)
+        explore(recording_draw([]), args["controls"], args["twin"], args["twin_values"], show=False)
 
 
 # --- failures leave nothing open, and name the reader's function -------------------------------
+
 
 def raising_draw(fig, a, kind):
     fig.add_subplot(1, 1, 1)
@@ -115,7 +121,7 @@ def test_a_failing_draw_closes_its_figure_and_names_the_draw_function():
     with pytest.raises(ZeroDivisionError) as info:
         explore(raising_draw, make_controls(), twin="a", twin_values=[1.0, 2.0], show=False)
     assert "raising_draw" in "".join(info.value.__notes__)
-    assert plt.get_fignums() == before          # the old twin left its pyplot figure open
+    assert plt.get_fignums() == before  # the old twin left its pyplot figure open
 
 
 def test_a_draw_that_opens_its_own_pyplot_figure_is_refused_and_the_figure_closed():
@@ -144,7 +150,7 @@ def test_a_live_error_leaves_a_cleared_figure_and_the_next_change_redraws():
     # in a kernel the output area below the figure shows the error; here it propagates
     with pytest.raises(ZeroDivisionError):
         controls["a"].value = 2.0
-    assert image.value != good                  # the stale figure is not kept
+    assert image.value != good  # the stale figure is not kept
     controls["a"].value = 0.5
     assert image.value == good
 
@@ -160,7 +166,7 @@ def test_update_moves_artists_in_place_and_can_ask_for_a_full_draw():
 
     def update(h, a, kind):
         if kind != h["kind"]:
-            return False                        # a new layout: full draw
+            return False  # a new layout: full draw
         calls.append("update")
         h["line"].set_ydata([0, a])
         h["ax"].relim()
@@ -175,9 +181,15 @@ def test_update_moves_artists_in_place_and_can_ask_for_a_full_draw():
     controls["kind"].value = "y"
     controls["a"].value = 2.0
     assert calls == ["draw", "update", "draw", "update"]
-    fresh = live_panel(draw, {"a": widgets.FloatSlider(value=2.0, max=2.0),
-                              "kind": widgets.Dropdown(options=["x", "y"], value="y")},
-                       figsize=(2, 2), dpi=50)
+    fresh = live_panel(
+        draw,
+        {
+            "a": widgets.FloatSlider(value=2.0, max=2.0),
+            "kind": widgets.Dropdown(options=["x", "y"], value="y"),
+        },
+        figsize=(2, 2),
+        dpi=50,
+    )
     assert fresh.children[1].value == image.value  # in place = drawn afresh, pixel for pixel
 
 
@@ -194,30 +206,32 @@ def test_a_failing_update_names_itself_and_the_next_change_draws_in_full():
         static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [1.0, 2.0], update=update)
     assert "update" in "".join(info.value.__notes__)
     with pytest.raises(TypeError, match="update 'test_a_failing_update.*must return None"):
-        static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [1.0, 2.0],
-                    update=lambda line, a, kind: line)
+        static_twin(draw, {"a": 1.0, "kind": "x"}, "a", [1.0, 2.0], update=lambda line, a, kind: line)
 
 
-@pytest.mark.parametrize("bad, error", [
-    ({"draw": "not callable"}, TypeError),
-    ({"update": 3}, TypeError),
-])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"draw": "not callable"}, TypeError),
+        ({"update": 3}, TypeError),
+    ],
+)
 def test_explore_rejects_callables_of_the_wrong_kind(bad, error):
     args = {"draw": recording_draw([]), "update": None}
     args.update(bad)
     with pytest.raises(error, match=next(iter(bad))):
-        explore(args["draw"], make_controls(), "a", [0.0, 1.0], show=False,
-                update=args["update"])
+        explore(args["draw"], make_controls(), "a", [0.0, 1.0], show=False, update=args["update"])
 
 
 def test_one_output_holds_the_live_panel_and_the_twin_as_its_html_fallback():
     from tpde_lib.widgets import panel_bundle
 
-    panel, twin = explore(recording_draw([]), make_controls(), twin="a",
-                          twin_values=[0.0, 2.0], figsize=(2, 2), show=False)
+    panel, twin = explore(
+        recording_draw([]), make_controls(), twin="a", twin_values=[0.0, 2.0], figsize=(2, 2), show=False
+    )
     bundle = panel_bundle(panel, twin, "a", [0.0, 2.0])
     view = bundle["application/vnd.jupyter.widget-view+json"]
-    assert view["model_id"] == panel.model_id              # the live panel itself
-    assert twin.data in bundle["text/html"]                 # the twin, whole
+    assert view["model_id"] == panel.model_id  # the live panel itself
+    assert twin.data in bundle["text/html"]  # the twin, whole
     assert "JupyterLab" in bundle["text/html"] and "Binder" in bundle["text/html"]
     assert "<code>a</code> runs through 0, 2" in bundle["text/html"]

@@ -44,12 +44,12 @@ def _values(widget):
     otherwise a slider's ends and middle."""
     if hasattr(widget, "options"):
         opts = [o[1] if isinstance(o, tuple) else o for o in widget.options]
-        if _is_choice(widget) or len(opts) <= 8:   # a short selection slider: every value
+        if _is_choice(widget) or len(opts) <= 8:  # a short selection slider: every value
             return opts
         return [opts[0], opts[len(opts) // 2], opts[-1]]
     lo, hi = widget.min, widget.max
     if hasattr(widget, "base"):  # log slider: min and max are exponents
-        return [widget.base ** lo, widget.base ** ((lo + hi) / 2), widget.base ** hi]
+        return [widget.base**lo, widget.base ** ((lo + hi) / 2), widget.base**hi]
     step = widget.step or 1
     return [lo, lo + round((hi - lo) / 2 / step) * step, hi]
 
@@ -81,8 +81,9 @@ def run_chapter(path):
         for cell in nb.cells:
             if cell.cell_type != "code" or "skip-execution" in cell.metadata.get("tags", []):
                 continue
-            src = "\n".join(line for line in cell.source.splitlines()
-                            if not line.lstrip().startswith(("%", "!")))
+            src = "\n".join(
+                line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
+            )
             exec(compile(src, f"{path}:cell", "exec"), namespace)
     finally:
         quiet.close()
@@ -107,7 +108,7 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
     worst, failures, slowest_cpu, by_choice = {}, [], {}, {}
 
     def timed(widget, value):
-        gc.collect()        # a collection owed by earlier work is not this redraw's cost
+        gc.collect()  # a collection owed by earlier work is not this redraw's cost
         start, cpu = time.perf_counter(), time.process_time()
         widget.value = value
         return time.perf_counter() - start, time.process_time() - cpu
@@ -137,8 +138,7 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
             set_and_time(name, value, label, label)
         for name in sliders:
             for value in _values(controls[name]) + [defaults[name]]:
-                set_and_time(name, value, f"{label + ', ' if label else ''}{name}={value!r}",
-                             label)
+                set_and_time(name, value, f"{label + ', ' if label else ''}{name}={value!r}", label)
     for name, value in defaults.items():
         controls[name].value = value
     return {name: (*worst[name], *slowest_cpu[name]) for name in worst}, failures, by_choice
@@ -147,12 +147,23 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("chapters", nargs="*")
-    ap.add_argument("--budget-ms", type=float, default=150.0,
-                    help="most CPU time one redraw of any control may take (default 150 ms)")
-    ap.add_argument("--by-choice", action="store_true",
-                    help="also print the worst CPU time for each combination of the dropdowns")
-    ap.add_argument("--retries", type=int, default=2,
-                    help="times a change over the budget is repeated, keeping its least CPU time")
+    ap.add_argument(
+        "--budget-ms",
+        type=float,
+        default=150.0,
+        help="most CPU time one redraw of any control may take (default 150 ms)",
+    )
+    ap.add_argument(
+        "--by-choice",
+        action="store_true",
+        help="also print the worst CPU time for each combination of the dropdowns",
+    )
+    ap.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="times a change over the budget is repeated, keeping its least CPU time",
+    )
     args = ap.parse_args(argv)
     if args.chapters:
         chapters = [Path(c).resolve() for c in args.chapters]
@@ -168,29 +179,34 @@ def main(argv=None):
         print(f"{chapter.name}: ran in {time.perf_counter() - start:.1f} s, {len(panels)} panel(s)")
         for k, (controls, panel) in enumerate(panels):
             with contextlib.redirect_stdout(io.StringIO()):  # clear_output's escapes, no kernel
-                worst, failures, by_choice = time_panel(controls, panel,
-                                                        args.budget_ms / 1000, args.retries)
+                worst, failures, by_choice = time_panel(controls, panel, args.budget_ms / 1000, args.retries)
             for name, (took, cpu, where, max_cpu, cpu_where) in worst.items():
                 over = 1000 * max_cpu > args.budget_ms
-                print(f"  panel {k} {name:12s} worst CPU {1000 * max_cpu:4.0f} ms at {cpu_where}"
-                      f"{' OVER BUDGET' if over else ''}; slowest wall {1000 * took:5.0f} ms"
-                      f" (CPU {1000 * cpu:4.0f} ms) at {where}")
+                print(
+                    f"  panel {k} {name:12s} worst CPU {1000 * max_cpu:4.0f} ms at {cpu_where}"
+                    f"{' OVER BUDGET' if over else ''}; slowest wall {1000 * took:5.0f} ms"
+                    f" (CPU {1000 * cpu:4.0f} ms) at {where}"
+                )
                 if took > slowest[0]:
                     slowest = (took, f"{chapter.name} {where}")
                 if max_cpu > worst_cpu[0]:
                     worst_cpu = (max_cpu, f"{chapter.name} {cpu_where}")
                 if over:
-                    failed.append(f"{chapter.name}: panel {k} control {name!r}: one redraw took "
-                                  f"{1000 * max_cpu:.0f} ms of CPU at {cpu_where} (budget "
-                                  f"{args.budget_ms:g} ms)")
+                    failed.append(
+                        f"{chapter.name}: panel {k} control {name!r}: one redraw took "
+                        f"{1000 * max_cpu:.0f} ms of CPU at {cpu_where} (budget "
+                        f"{args.budget_ms:g} ms)"
+                    )
             if args.by_choice and len(by_choice) > 1:
                 for label, cpu in by_choice.items():
                     print(f"    with {label}: worst CPU {1000 * cpu:4.0f} ms")
             failed += [f"{chapter.name}: {f}" for f in failures]
     for f in failed:
         print("FAIL", f)
-    print(f"slowest redraw: {1000 * slowest[0]:.0f} ms wall ({slowest[1]}); "
-          f"most CPU: {1000 * worst_cpu[0]:.0f} ms ({worst_cpu[1]}); budget {args.budget_ms:g} ms")
+    print(
+        f"slowest redraw: {1000 * slowest[0]:.0f} ms wall ({slowest[1]}); "
+        f"most CPU: {1000 * worst_cpu[0]:.0f} ms ({worst_cpu[1]}); budget {args.budget_ms:g} ms"
+    )
     return 1 if failed else 0
 
 

@@ -46,10 +46,29 @@ import operator
 
 import numpy as np
 
-__all__ = ["as_float_array", "as_square", "as_covariance", "as_times", "as_positive", "as_at_least",
-           "as_finite", "as_flag", "as_count", "as_seed", "as_rng", "as_choice", "as_index",
-           "as_instance", "as_sink_mass", "unit_scale", "as_square_batch", "as_generator",
-           "as_nonsingular", "as_blowup_times", "checked_result"]
+__all__ = [
+    "as_float_array",
+    "as_square",
+    "as_covariance",
+    "as_times",
+    "as_positive",
+    "as_at_least",
+    "as_finite",
+    "as_flag",
+    "as_count",
+    "as_seed",
+    "as_rng",
+    "as_choice",
+    "as_index",
+    "as_instance",
+    "as_sink_mass",
+    "unit_scale",
+    "as_square_batch",
+    "as_generator",
+    "as_nonsingular",
+    "as_blowup_times",
+    "checked_result",
+]
 
 
 def _describe_shape(shape):
@@ -72,8 +91,10 @@ def _real_dtype_array(name, value):
         flat = arr.ravel()
         for item in flat:
             if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
-                raise TypeError(f"{name} must be an array of real numbers (int or float), got an "
-                                f"element of type {type(item).__name__}")
+                raise TypeError(
+                    f"{name} must be an array of real numbers (int or float), got an "
+                    f"element of type {type(item).__name__}"
+                )
         try:
             return np.array([float(v) for v in flat], dtype=float).reshape(arr.shape)
         except OverflowError as exc:
@@ -81,8 +102,10 @@ def _real_dtype_array(name, value):
     if kind == "b":
         raise TypeError(f"{name} must be an array of real numbers (int or float), got a bool array")
     if kind == "c":
-        raise TypeError(f"{name} must be an array of real numbers (int or float), got a complex array "
-                        "(pass the real part explicitly if that is what you mean)")
+        raise TypeError(
+            f"{name} must be an array of real numbers (int or float), got a complex array "
+            "(pass the real part explicitly if that is what you mean)"
+        )
     if kind not in "iuf":
         raise TypeError(f"{name} must be an array of real numbers (int or float), got dtype {arr.dtype}")
     return arr.astype(float, copy=False)
@@ -123,8 +146,9 @@ def as_float_array(name, value, ndim=None, shape=None, allow_empty=False):
         if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
             raise ValueError(f"{name} must have shape {_describe_shape(shape)}, got {arr.shape}")
     if not allow_empty and arr.size == 0:
-        raise ValueError(f"{name} must have length >= 1 along every axis (dimensions >= 1), "
-                         f"got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must have length >= 1 along every axis (dimensions >= 1), got shape {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
         where = "" if arr.ndim == 0 else f" (first at index {tuple(int(i) for i in bad)})"
@@ -166,11 +190,10 @@ def as_covariance(name, value, d=None, rtol=1e-8):
     asym = np.abs(U - U.T).max()
     if asym > rtol * max(np.abs(U).max(), np.finfo(float).tiny):
         raise ValueError(f"{name} must be symmetric (max |{name} - {name}^T| = {asym * scale:.3g})")
-    S = 0.5 * S + 0.5 * S.T   # halves first: no overflow near the largest float
+    S = 0.5 * S + 0.5 * S.T  # halves first: no overflow near the largest float
     eig_min = np.linalg.eigvalsh(0.5 * (U + U.T))[0]
     if eig_min < -rtol * np.abs(U).max():
-        raise ValueError(f"{name} must be positive semi-definite (smallest eigenvalue "
-                         f"{eig_min * scale:.3g})")
+        raise ValueError(f"{name} must be positive semi-definite (smallest eigenvalue {eig_min * scale:.3g})")
     return S
 
 
@@ -181,8 +204,9 @@ def as_times(name, value):
         gaps = np.diff(t)
     if np.any(gaps <= 0):
         k = int(np.argmax(gaps <= 0))
-        raise ValueError(f"{name} must be strictly increasing, got {name}[{k}]={t[k]:g} >= "
-                         f"{name}[{k + 1}]={t[k + 1]:g}")
+        raise ValueError(
+            f"{name} must be strictly increasing, got {name}[{k}]={t[k]:g} >= {name}[{k + 1}]={t[k + 1]:g}"
+        )
     with np.errstate(over="ignore"):
         span = t[-1] - t[0]
     if not np.isfinite(span):
@@ -195,8 +219,9 @@ def _as_real(name, value, accept, expected):
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
         value = value.item()
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {expected} (an int or float), got {type(value).__name__} "
-                        f"{value!r:.40}")
+        raise TypeError(
+            f"{name} must be {expected} (an int or float), got {type(value).__name__} {value!r:.40}"
+        )
     try:
         x = float(value)
     except OverflowError as exc:
@@ -230,8 +255,9 @@ def as_flag(name, value):
 
 def _as_int(name, value, expected):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be {expected} (an int, not a {type(value).__name__}), got "
-                        f"{value!r:.40}")
+        raise TypeError(
+            f"{name} must be {expected} (an int, not a {type(value).__name__}), got {value!r:.40}"
+        )
     return operator.index(value)
 
 
@@ -278,8 +304,10 @@ def as_index(name, value, length, what="entries"):
     """
     k = _as_int(name, value, "an integer index")
     if not -length <= k < length:
-        raise IndexError(f"{name}={k} is out of range: there are {length} {what}, so {name} must lie "
-                         f"in [{-length}, {length - 1}]")
+        raise IndexError(
+            f"{name}={k} is out of range: there are {length} {what}, so {name} must lie "
+            f"in [{-length}, {length - 1}]"
+        )
     return k % length
 
 
@@ -294,9 +322,11 @@ def as_sink_mass(value, allow_zero=False):
     r"""The sink mass :math:`m(\{0\}) \in (0, 1)` (``[0, 1)`` with ``allow_zero``), else ValueError."""
     m = as_at_least("sink_mass", value, 0.0) if allow_zero else as_positive("sink_mass", value)
     if m >= 1.0:
-        raise ValueError(f"sink_mass must lie in {'[0' if allow_zero else '(0'}, 1) (the mass m({{0}}) "
-                         f"of the sink; 1 would put every token at s = 0, i.e. unmasked attention), "
-                         f"got {value!r}")
+        raise ValueError(
+            f"sink_mass must lie in {'[0' if allow_zero else '(0'}, 1) (the mass m({{0}}) "
+            f"of the sink; 1 would put every token at s = 0, i.e. unmasked attention), "
+            f"got {value!r}"
+        )
     return m
 
 
@@ -313,8 +343,10 @@ def as_square_batch(name, value, d=None):
 def as_generator(name, value):
     """``value`` if it is a ``numpy.random.Generator``, else ``TypeError``."""
     if not isinstance(value, np.random.Generator):
-        raise TypeError(f"{name} must be a numpy.random.Generator (np.random.default_rng(seed)), "
-                        f"got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a numpy.random.Generator (np.random.default_rng(seed)), "
+            f"got {type(value).__name__}"
+        )
     return value
 
 
@@ -332,20 +364,25 @@ def as_nonsingular(name, value, rcond=1e-13):
     if np.any(bad):
         where = "" if arr.ndim == 2 else f" (first at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
         cond = np.inf if not np.any(smin[bad]) else float((smax / np.where(smin > 0, smin, 1))[bad].max())
-        raise ValueError(f"{name} must be invertible, got a singular or numerically singular "
-                         f"matrix{where} (condition number {cond:.3g} > {1 / rcond:.0e})")
+        raise ValueError(
+            f"{name} must be invertible, got a singular or numerically singular "
+            f"matrix{where} (condition number {cond:.3g} > {1 / rcond:.0e})"
+        )
     return arr
 
 
 def as_blowup_times(name, value, shape=None):
     """Blow-up times: an array of numbers >= 0 or ``+inf`` (none); NaN and negatives raise ValueError."""
     arr = _real_dtype_array(name, value)
-    if shape is not None and (arr.ndim != len(shape) or any(
-            s is not None and s != a for s, a in zip(shape, arr.shape))):
+    if shape is not None and (
+        arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape))
+    ):
         raise ValueError(f"{name} must have shape {_describe_shape(shape)}, got {arr.shape}")
     if np.any(np.isnan(arr)) or np.any(arr < 0):
-        raise ValueError(f"{name} must hold times >= 0 or inf (no blow-up); a NaN or negative "
-                         f"time is neither, got {arr[np.isnan(arr) | (arr < 0)][0]!r}")
+        raise ValueError(
+            f"{name} must hold times >= 0 or inf (no blow-up); a NaN or negative "
+            f"time is neither, got {arr[np.isnan(arr) | (arr < 0)][0]!r}"
+        )
     return arr
 
 
@@ -364,10 +401,14 @@ def checked_result(name, value, shape=None, allow_inf=False, part=None):
         raise TypeError(f"{name} must return {what} (int or float), got dtype {arr.dtype}")
     arr = arr.astype(float, copy=False)
     if shape is not None and arr.shape != tuple(shape):
-        raise ValueError(f"{name} must return {'an array' if part is None else part} of shape "
-                         f"{tuple(shape)}, got {arr.shape}")
+        raise ValueError(
+            f"{name} must return {'an array' if part is None else part} of shape "
+            f"{tuple(shape)}, got {arr.shape}"
+        )
     bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
     if np.any(bad):
-        raise ValueError(f"{name} returned NaN{'' if allow_inf else ' or infinite'} values"
-                         + ("" if part is None else f" in {part}"))
+        raise ValueError(
+            f"{name} returned NaN{'' if allow_inf else ' or infinite'} values"
+            + ("" if part is None else f" in {part}")
+        )
     return arr

@@ -54,8 +54,7 @@ class Param:
         if self._fn is None:
             return self._const
         t = as_finite("t", t)
-        return as_float_array(f"{self.name}(t={t:g})", self._fn(t), ndim=self.ndim,
-                              shape=self.shape)
+        return as_float_array(f"{self.name}(t={t:g})", self._fn(t), ndim=self.ndim, shape=self.shape)
 
     def __repr__(self):
         kind = "constant" if self.is_constant else "time-dependent"

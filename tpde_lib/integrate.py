@@ -23,7 +23,6 @@ from .attention._threads import single_blas
 __all__ = ["BatchSolution", "STATUSES", "solve_batch"]
 
 
-
 def _tableau():
     """scipy's Dormand-Prince tableau (A, B, C, E, error order), imported on first use.
 
@@ -32,6 +31,8 @@ def _tableau():
     from scipy.integrate import RK45
 
     return RK45.A, RK45.B, RK45.C, RK45.E, RK45.error_estimator_order
+
+
 _SAFETY, _MIN_FACTOR, _MAX_FACTOR = 0.9, 0.2, 10.0
 
 
@@ -74,10 +75,15 @@ class BatchSolution:
         return self.status != "finished"
 
 
-def solve_batch(f: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-                y0: ArrayLike, times: ArrayLike, rtol: float = 1e-9, atol: float = 1e-12,
-                max_steps: int = 200_000,
-                stop: Callable[..., np.ndarray] | None = None) -> BatchSolution:
+def solve_batch(
+    f: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    y0: ArrayLike,
+    times: ArrayLike,
+    rtol: float = 1e-9,
+    atol: float = 1e-12,
+    max_steps: int = 200_000,
+    stop: Callable[..., np.ndarray] | None = None,
+) -> BatchSolution:
     r"""Integrate :math:`y_b' = f(t_b, y_b)` for every member ``b`` of a batch.
 
     Each member has its own time, adaptive step and step budget: a member that cannot go on
@@ -138,8 +144,7 @@ def solve_batch(f: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
     if not callable(f):
         raise TypeError(f"f must be a callable f(t, y, idx), got {type(f).__name__}")
     if stop is not None and not callable(stop):
-        raise TypeError(f"stop must be None or a callable stop(idx, t, y, dy), got "
-                        f"{type(stop).__name__}")
+        raise TypeError(f"stop must be None or a callable stop(idx, t, y, dy), got {type(stop).__name__}")
     with single_blas():
         return _solve(f, y.copy(), times, rtol, atol, max_steps, stop)
 
@@ -149,11 +154,9 @@ def _checked(f, t, y, idx):
     dy = f(t, y, idx)
     if not isinstance(dy, np.ndarray) or dy.dtype.kind not in "fiu":
         kind = getattr(getattr(dy, "dtype", None), "name", type(dy).__name__)
-        raise TypeError(f"solve_batch: f must return a real array of shape {y.shape} (b, n), "
-                        f"got {kind}")
+        raise TypeError(f"solve_batch: f must return a real array of shape {y.shape} (b, n), got {kind}")
     if dy.shape != y.shape:
-        raise ValueError(f"solve_batch: f must return an array of shape {y.shape} (b, n), got "
-                         f"{dy.shape}")
+        raise ValueError(f"solve_batch: f must return an array of shape {y.shape} (b, n), got {dy.shape}")
     return dy if dy.dtype.kind == "f" else dy.astype(float)
 
 
@@ -182,8 +185,8 @@ def _solve(f, y, times, rtol, atol, max_steps, stop):
     def end(members, why):
         """Members ``members`` end now, at their current state: later outputs frozen, invalid."""
         for b in members:
-            out[b, nxt[b]:] = y[b]
-            valid[b, nxt[b]:] = False
+            out[b, nxt[b] :] = y[b]
+            valid[b, nxt[b] :] = False
             nxt[b] = T
             status[b] = why
 
@@ -214,8 +217,7 @@ def _solve(f, y, times, rtol, atol, max_steps, stop):
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             fac = np.where(err_norm == 0, _MAX_FACTOR, _SAFETY * err_norm ** (-1.0 / (_ORDER + 1)))
         fac = np.where(ok, fac, _MIN_FACTOR)
-        fac = np.where(accept, np.clip(fac, _MIN_FACTOR, _MAX_FACTOR),
-                       np.clip(fac, _MIN_FACTOR, 1.0))
+        fac = np.where(accept, np.clip(fac, _MIN_FACTOR, _MAX_FACTOR), np.clip(fac, _MIN_FACTOR, 1.0))
         h_next = hi * fac
         h_next = np.where(accept & land, np.maximum(h_next, h_prop), h_next)
         h[idx] = h_next
@@ -230,12 +232,14 @@ def _solve(f, y, times, rtol, atol, max_steps, stop):
             if stop is not None:
                 halt = np.asarray(stop(acc, t[acc], ya, ka))
                 if halt.shape != acc.shape or halt.dtype.kind not in "biu":
-                    raise TypeError(f"solve_batch: stop must return a boolean mask of shape "
-                                    f"{acc.shape} (one per member given), got "
-                                    f"{halt.dtype} of shape {halt.shape}")
+                    raise TypeError(
+                        f"solve_batch: stop must return a boolean mask of shape "
+                        f"{acc.shape} (one per member given), got "
+                        f"{halt.dtype} of shape {halt.shape}"
+                    )
                 halt = halt.astype(bool)
                 for b, ld in zip(acc[halt], landed_now[halt]):
-                    nxt[b] -= bool(ld)    # a time landed on now is past the stop: invalid
+                    nxt[b] -= bool(ld)  # a time landed on now is past the stop: invalid
                 end(acc[halt], "stopped")
         # a rejected step whose next size is below round-off of its time cannot progress
         tiny = ~accept & (h_next < 1e-14 * np.maximum(1.0, np.abs(ti)))

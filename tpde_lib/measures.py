@@ -54,8 +54,9 @@ class Empirical:
     0.75
     """
 
-    def __init__(self, points: ArrayLike, weights: ArrayLike | None = None,
-                 positions: ArrayLike | None = None) -> None:
+    def __init__(
+        self, points: ArrayLike, weights: ArrayLike | None = None, positions: ArrayLike | None = None
+    ) -> None:
         pts = as_float_array("points", points, ndim=2)  # n >= 1 tokens, d >= 1 (the input policy)
         n = pts.shape[0]
         if weights is None:
@@ -74,7 +75,8 @@ class Empirical:
                 raise ValueError("positions must lie in [0, 1]")
         # private read-only copies: the caller's arrays stay writable and cannot change us
         self._points, self._weights, self._positions = (
-            None if a is None else np.array(a, copy=True) for a in (pts, w, s))
+            None if a is None else np.array(a, copy=True) for a in (pts, w, s)
+        )
         for a in (self._points, self._weights, self._positions):
             if a is not None:
                 a.setflags(write=False)
@@ -82,8 +84,9 @@ class Empirical:
     # read-only views: a measure is a value, simulations build new ones
     points = property(lambda self: self._points, doc="(n, d) array of token positions.")
     weights = property(lambda self: self._weights, doc="(n,) array of masses summing to 1.")
-    positions = property(lambda self: self._positions,
-                         doc="(n,) array of sequence positions in [0, 1], or None.")
+    positions = property(
+        lambda self: self._positions, doc="(n,) array of sequence positions in [0, 1], or None."
+    )
     n = property(lambda self: self._points.shape[0], doc="Number of tokens.")
     d = property(lambda self: self._points.shape[1], doc="Dimension of token space.")
 
@@ -121,7 +124,7 @@ class Empirical:
         unit, scale = self._scaled()
         with np.errstate(over="ignore"):
             m = (self._weights @ unit) * scale
-        if not np.all(np.isfinite(m)):   # only when weights summing to 1 + 1e-9 push past 1.8e308
+        if not np.all(np.isfinite(m)):  # only when weights summing to 1 + 1e-9 push past 1.8e308
             raise FloatingPointError("mean of this measure overflows float64; rescale the points")
         return m
 
@@ -144,8 +147,9 @@ class Empirical:
             out = (unit_cov * scale) * scale
         if not np.all(np.isfinite(out)):
             big = np.log10(np.abs(unit_cov).max()) + 2 * np.log10(scale)
-            raise FloatingPointError(f"cov of this measure overflows float64 (entries of order "
-                                     f"1e{big:.0f}); rescale the points")
+            raise FloatingPointError(
+                f"cov of this measure overflows float64 (entries of order 1e{big:.0f}); rescale the points"
+            )
         return out
 
     def __len__(self):
@@ -187,11 +191,12 @@ class Gaussian:
     """
 
     def __init__(self, mean: ArrayLike, cov: ArrayLike) -> None:
-        m = as_float_array("mean", mean, ndim=1)   # d >= 1 (the input policy)
+        m = as_float_array("mean", mean, ndim=1)  # d >= 1 (the input policy)
         c = as_float_array("cov", cov, ndim=2)
         if c.shape != (m.size, m.size):
-            raise ValueError(f"cov must have shape ({m.size}, {m.size}) to match mean of shape "
-                             f"{m.shape}, got {c.shape}")
+            raise ValueError(
+                f"cov must have shape ({m.size}, {m.size}) to match mean of shape {m.shape}, got {c.shape}"
+            )
         c = as_covariance("cov", c)
         m, c = np.array(m, copy=True), np.array(c, copy=True)
         m.setflags(write=False)
@@ -202,8 +207,9 @@ class Gaussian:
     cov = property(lambda self: self._cov, doc="(d, d) covariance matrix Sigma.")
     d = property(lambda self: self._mean.size, doc="Dimension.")
 
-    def sample(self, n: int, seed: int | np.random.Generator = 0,
-               positions: ArrayLike | None = None) -> Empirical:
+    def sample(
+        self, n: int, seed: int | np.random.Generator = 0, positions: ArrayLike | None = None
+    ) -> Empirical:
         """Draw ``n`` i.i.d. points into a uniformly weighted :class:`Empirical`.
 
         Parameters

@@ -41,7 +41,7 @@ _MULTIPLE_RTOL = 1e-9
 #: default cap on the number of steps of one ``simulate`` call (all intervals together); an
 #: adaptive step costs about ten field evaluations and more Python overhead, hence its lower cap
 MAX_STEPS = {"euler": 100_000, "rk4": 100_000, "adaptive": 10_000}
-_IVP_METHODS = ("DOP853", "RK45", "RK23")   # scipy.integrate's solvers, imported when used
+_IVP_METHODS = ("DOP853", "RK45", "RK23")  # scipy.integrate's solvers, imported when used
 
 
 def _ivp_solver(name):
@@ -102,13 +102,20 @@ class Trajectory:
         times = as_times("times", self.times)
         points = as_float_array("points", self.points, ndim=3)
         if points.shape[0] != times.size:
-            raise ValueError(f"points must have shape ({times.size}, n, d) to match the {times.size} "
-                             f"times, got {points.shape}")
+            raise ValueError(
+                f"points must have shape ({times.size}, n, d) to match the {times.size} "
+                f"times, got {points.shape}"
+            )
         # weights and positions: the same checks as the Empirical measures they come from
         mu = Empirical(points[0], self.weights, self.positions)
         blowup = None if self.blowup_time is None else as_finite("blowup_time", self.blowup_time)
-        for field, value in (("times", times), ("points", points), ("weights", mu.weights),
-                             ("positions", mu.positions), ("blowup_time", blowup)):
+        for field, value in (
+            ("times", times),
+            ("points", points),
+            ("weights", mu.weights),
+            ("positions", mu.positions),
+            ("blowup_time", blowup),
+        ):
             if isinstance(value, np.ndarray) and value.flags.writeable:
                 value = value.copy()
                 value.setflags(write=False)
@@ -150,23 +157,35 @@ def _step_counts(times, h, method):
     bad = (counts < 1) | (np.abs(counts * h - gaps) > _MULTIPLE_RTOL * np.maximum(1.0, gaps))
     if np.any(bad):
         k = int(np.argmax(bad))
-        raise ValueError(f"h={h:g} must divide every interval of times: "
-                         f"times[{k + 1}] - times[{k}] = {gaps[k]:g} is not a multiple of h")
+        raise ValueError(
+            f"h={h:g} must divide every interval of times: "
+            f"times[{k + 1}] - times[{k}] = {gaps[k]:g} is not a multiple of h"
+        )
     return counts, np.full(gaps.size, h)
 
 
 def _check_step_budget(total, max_steps, method, h):
-    if not total <= max_steps:   # also catches an infinite count
+    if not total <= max_steps:  # also catches an infinite count
         how = "h" if h is not None else "the default step"
-        raise ValueError(f"simulate with method={method!r} and {how} needs {total:.4g} steps, more than "
-                         f"max_steps={max_steps}: pass max_steps={int(min(total, 1e18)):d} (or larger) "
-                         "to run them, a larger h, or method='adaptive'")
+        raise ValueError(
+            f"simulate with method={method!r} and {how} needs {total:.4g} steps, more than "
+            f"max_steps={max_steps}: pass max_steps={int(min(total, 1e18)):d} (or larger) "
+            "to run them, a larger h, or method='adaptive'"
+        )
 
 
-def simulate(att: Attention | HasVelocity, mu0: Empirical | np.ndarray, times: ArrayLike,
-             method: str = "rk4", h: float | None = None, rtol: float = 1e-6,
-             atol: float = 1e-9, ivp_method: str = "DOP853", on_blowup: str = "raise",
-             max_steps: int | None = None) -> Trajectory:
+def simulate(
+    att: Attention | HasVelocity,
+    mu0: Empirical | np.ndarray,
+    times: ArrayLike,
+    method: str = "rk4",
+    h: float | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    ivp_method: str = "DOP853",
+    on_blowup: str = "raise",
+    max_steps: int | None = None,
+) -> Trajectory:
     r"""Integrate the particle system :math:`\dot x_i=\Gamma_{\mu^n(t)}(t,x_i)`.
 
     Parameters
@@ -240,8 +259,7 @@ def simulate(att: Attention | HasVelocity, mu0: Empirical | np.ndarray, times: A
     True
     """
     if not callable(getattr(att, "velocity", None)):
-        raise TypeError(f"att must be an attention with a velocity(mu, t) method, "
-                        f"got {type(att).__name__}")
+        raise TypeError(f"att must be an attention with a velocity(mu, t) method, got {type(att).__name__}")
     if isinstance(mu0, np.ndarray):
         mu0 = Empirical(mu0)
     as_instance("mu0", mu0, Empirical, "an Empirical measure (or an (n, d) array of points)")
@@ -286,8 +304,9 @@ def simulate(att: Attention | HasVelocity, mu0: Empirical | np.ndarray, times: A
                     t = times[k] + j * steps[k]
                     x = step(field, x, t, steps[k])
                     if not np.isfinite(x).all():
-                        raise FloatingPointError(f"particles blew up (non-finite positions) "
-                                                 f"before t={t + steps[k]:g}")
+                        raise FloatingPointError(
+                            f"particles blew up (non-finite positions) before t={t + steps[k]:g}"
+                        )
             except FloatingPointError:
                 if on_blowup == "raise":
                     raise
@@ -317,14 +336,19 @@ def _field_path(att, mu0):
     def via_velocity(x, t):
         v = att.velocity(Empirical._trusted(x, w, pos), t)
         if not isinstance(v, np.ndarray) or v.shape != shape:
-            raise ValueError(f"att.velocity must return an array of shape {shape} (n, d), got "
-                             f"{getattr(v, 'shape', type(v).__name__)} at t={t:g}")
+            raise ValueError(
+                f"att.velocity must return an array of shape {shape} (n, d), got "
+                f"{getattr(v, 'shape', type(v).__name__)} at t={t:g}"
+            )
         if not np.isfinite(v).all():
             raise FloatingPointError(f"the velocity field is not finite at t={t:g}")
         return v
 
-    raw = isinstance(att, Attention) and "velocity" not in getattr(att, "__dict__", {}) \
+    raw = (
+        isinstance(att, Attention)
+        and "velocity" not in getattr(att, "__dict__", {})
         and type(att).velocity is Attention.velocity
+    )
     if not raw:
         return via_velocity
     name = att.name
@@ -332,7 +356,7 @@ def _field_path(att, mu0):
     validated = []
 
     def via_field(x, t):
-        if not validated:           # the first call: the whole protocol
+        if not validated:  # the first call: the whole protocol
             validated.append(True)
             return via_velocity(x, t)
         points = x.view()
@@ -341,14 +365,16 @@ def _field_path(att, mu0):
         if type(v) is not np.ndarray:
             v = np.asarray(v)
         if v.dtype.kind not in "fiu":
-            raise TypeError(f"{name}.field returned an array of dtype {v.dtype} at t={t:g}, "
-                            f"expected real numbers of shape {shape} (n, d)")
+            raise TypeError(
+                f"{name}.field returned an array of dtype {v.dtype} at t={t:g}, "
+                f"expected real numbers of shape {shape} (n, d)"
+            )
         if v.shape != shape:
-            raise ValueError(f"{name}.field returned shape {v.shape} at t={t:g}, expected "
-                             f"{shape} (n, d)")
+            raise ValueError(f"{name}.field returned shape {v.shape} at t={t:g}, expected {shape} (n, d)")
         if not np.isfinite(v).all():
-            raise FloatingPointError(f"the velocity field of {name} is not finite at t={t:g} "
-                                     "(overflow, or NaN from the field)")
+            raise FloatingPointError(
+                f"the velocity field of {name} is not finite at t={t:g} (overflow, or NaN from the field)"
+            )
         return v
 
     return via_field
@@ -385,9 +411,11 @@ def _adaptive(field, out, times, rtol, atol, solver_cls, filled, max_steps):
         solver = solver_cls(rhs, times[k], y, times[k + 1], rtol=rtol, atol=atol)
         while solver.status == "running":
             if taken >= max_steps:
-                raise ValueError(f"simulate with method='adaptive' took max_steps={max_steps} steps and "
-                                 f"reached only t={solver.t:g} of {times[-1]:g}: pass a larger "
-                                 "max_steps, or looser rtol/atol (the problem may be stiff)")
+                raise ValueError(
+                    f"simulate with method='adaptive' took max_steps={max_steps} steps and "
+                    f"reached only t={solver.t:g} of {times[-1]:g}: pass a larger "
+                    "max_steps, or looser rtol/atol (the problem may be stiff)"
+                )
             message = solver.step()
             taken += 1
             if solver.status == "failed":

@@ -90,16 +90,17 @@ import numpy as np
 from ._checks import as_at_least, as_count, as_finite, as_positive
 from .attention import Attention
 
-__all__ = ["StabilityBound", "support_radius", "lipschitz_constants", "stability_bound",
-           "stability_constant"]
+__all__ = ["StabilityBound", "support_radius", "lipschitz_constants", "stability_bound", "stability_constant"]
 
 
 def _check_att(att):
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a tpde_lib Attention, got {type(att).__name__}")
     if att.causal:
-        raise NotImplementedError("causal (masked) attention: the constants also depend on the "
-                                  "mass at position 0 (chapter 'Masked attention'); not covered here")
+        raise NotImplementedError(
+            "causal (masked) attention: the constants also depend on the "
+            "mass at position 0 (chapter 'Masked attention'); not covered here"
+        )
 
 
 def _grid(T, n_grid):
@@ -215,8 +216,9 @@ class StabilityBound:
     def C(self):
         """The constant itself; ``OverflowError`` when it exceeds the float range (use log_C)."""
         if self.log_C > np.log(np.finfo(float).max):
-            raise OverflowError(f"C(T={self.T:g}, R0={self.R0:g}) = exp({self.log_C:.4g}) exceeds "
-                                "the float range: use log_C")
+            raise OverflowError(
+                f"C(T={self.T:g}, R0={self.R0:g}) = exp({self.log_C:.4g}) exceeds the float range: use log_C"
+            )
         return float(np.exp(self.log_C))
 
 
@@ -253,8 +255,7 @@ def stability_bound(att: Attention, T: float, R0: float, n_grid: int = 201) -> S
     with np.errstate(over="ignore"):
         L_x, L_mu = float(np.exp(log_lx)), float(np.exp(log_lmu))
         log_C = float(T * np.exp(log_L)) if T > 0 else 0.0
-    return StabilityBound(T=T, R0=float(R0), R_T=float(R_T), L_x=L_x, L_mu=L_mu,
-                          log_L=log_L, log_C=log_C)
+    return StabilityBound(T=T, R0=float(R0), R_T=float(R_T), L_x=L_x, L_mu=L_mu, log_L=log_L, log_C=log_C)
 
 
 def stability_constant(att: Attention, T: float, R0: float, n_grid: int = 201) -> float:

@@ -40,7 +40,7 @@ def _draw_on(draw, fig: Figure, params: Mapping[str, Any]) -> Any:
     a draw that leaves the figure empty, or that opens pyplot figures of its own (they would stay
     open: the panel shows only ``fig``), raises ValueError; those figures are closed first.
     """
-    pyplot = sys.modules.get("matplotlib.pyplot")   # only if the reader's code imported it
+    pyplot = sys.modules.get("matplotlib.pyplot")  # only if the reader's code imported it
     before = set(pyplot.get_fignums()) if pyplot is not None else set()
     fig.clear()
     try:
@@ -54,11 +54,15 @@ def _draw_on(draw, fig: Figure, params: Mapping[str, Any]) -> Any:
         for num in opened:
             pyplot.close(num)
     if opened:
-        raise ValueError(f"draw {_name(draw)!r} must draw on the figure it is given, not open "
-                         f"pyplot figures of its own (it opened {len(opened)}, now closed)")
+        raise ValueError(
+            f"draw {_name(draw)!r} must draw on the figure it is given, not open "
+            f"pyplot figures of its own (it opened {len(opened)}, now closed)"
+        )
     if not (fig.axes or fig.artists or fig.lines or fig.patches or fig.texts or fig.images):
-        raise ValueError(f"draw {_name(draw)!r} drew nothing on the figure it was given for "
-                         f"{params}: expected axes or artists on fig")
+        raise ValueError(
+            f"draw {_name(draw)!r} drew nothing on the figure it was given for "
+            f"{params}: expected axes or artists on fig"
+        )
     return handles
 
 
@@ -71,8 +75,9 @@ class _Redrawer:
 
     def __init__(self, draw, update, fig: Figure, label=None):
         if update is not None and not callable(update):
-            raise TypeError(f"update must be None or a callable update(handles, **params), "
-                            f"got {type(update).__name__}")
+            raise TypeError(
+                f"update must be None or a callable update(handles, **params), got {type(update).__name__}"
+            )
         self.draw, self.update, self.fig, self.label = draw, update, fig, label
         self.handles, self.text, self.drawn = None, None, False
 
@@ -83,12 +88,15 @@ class _Redrawer:
                 try:
                     result = self.update(self.handles, **params)
                 except Exception as err:
-                    err.add_note(f"raised by the panel's update function "
-                                 f"{_name(self.update)!r} called with {params}")
+                    err.add_note(
+                        f"raised by the panel's update function {_name(self.update)!r} called with {params}"
+                    )
                     raise
                 if result is not None and not isinstance(result, bool):
-                    raise TypeError(f"update {_name(self.update)!r} must return None, True or "
-                                    f"False (False: draw in full), got {type(result).__name__}")
+                    raise TypeError(
+                        f"update {_name(self.update)!r} must return None, True or "
+                        f"False (False: draw in full), got {type(result).__name__}"
+                    )
                 done = result is not False
             if not done:
                 self.drawn = False
@@ -101,7 +109,7 @@ class _Redrawer:
                 self.text.set_text(self.label(params))
         except Exception:
             self.drawn, self.handles, self.text = False, None, None
-            self.fig.clear()        # no half-drawn figure is kept
+            self.fig.clear()  # no half-drawn figure is kept
             raise
 
 
@@ -110,8 +118,9 @@ def _check_controls(controls, twin=None, twin_values=()):
         raise ValueError("controls must be a non-empty dict mapping names to ipywidgets widgets")
     for name, widget in controls.items():
         if not isinstance(widget, widgets.ValueWidget):
-            raise TypeError(f"controls[{name!r}] must be an ipywidgets widget with a .value, "
-                            f"got {type(widget).__name__}")
+            raise TypeError(
+                f"controls[{name!r}] must be an ipywidgets widget with a .value, got {type(widget).__name__}"
+            )
     if twin is None:
         return []
     if twin not in controls:
@@ -126,10 +135,16 @@ def _format(value):
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def static_twin(draw: Callable[..., Any], defaults: Mapping[str, Any], twin: str,
-                twin_values: Sequence[Any], figsize: tuple[float, float] = (8, 4),
-                interval: int = 800, dpi: float = 80,
-                update: Callable[..., Any] | None = None) -> HTML:
+def static_twin(
+    draw: Callable[..., Any],
+    defaults: Mapping[str, Any],
+    twin: str,
+    twin_values: Sequence[Any],
+    figsize: tuple[float, float] = (8, 4),
+    interval: int = 800,
+    dpi: float = 80,
+    update: Callable[..., Any] | None = None,
+) -> HTML:
     """A self-contained, playable animation of ``draw`` as ``twin`` runs through ``twin_values``.
 
     Parameters
@@ -191,10 +206,14 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def live_panel(draw: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget],
-               figsize: tuple[float, float] = (8, 4), dpi: float = 100,
-               continuous_update: bool = False,
-               update: Callable[..., Any] | None = None) -> widgets.VBox:
+def live_panel(
+    draw: Callable[..., Any],
+    controls: Mapping[str, widgets.ValueWidget],
+    figsize: tuple[float, float] = (8, 4),
+    dpi: float = 100,
+    continuous_update: bool = False,
+    update: Callable[..., Any] | None = None,
+) -> widgets.VBox:
     """An ipywidgets panel that redraws ``draw(fig, **values)`` whenever a control changes.
 
     One :class:`matplotlib.figure.Figure` (Agg canvas, no pyplot) is made once and cleared before
@@ -255,10 +274,10 @@ def live_panel(draw: Callable[..., Any], controls: Mapping[str, widgets.ValueWid
             try:
                 render()
             except Exception:
-                image.value = _png(fig)     # the cleared figure: no stale image
+                image.value = _png(fig)  # the cleared figure: no stale image
                 raise
 
-    render()        # the first draw's error propagates to the caller
+    render()  # the first draw's error propagates to the caller
     for widget in controls.values():
         widget.observe(on_change, names="value")
     bar = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
@@ -268,10 +287,15 @@ def live_panel(draw: Callable[..., Any], controls: Mapping[str, widgets.ValueWid
     return panel
 
 
-def explore(draw: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget], twin: str,
-            twin_values: Sequence[Any], figsize: tuple[float, float] = (8, 4),
-            show: bool = True,
-            update: Callable[..., Any] | None = None) -> tuple[widgets.VBox, HTML]:
+def explore(
+    draw: Callable[..., Any],
+    controls: Mapping[str, widgets.ValueWidget],
+    twin: str,
+    twin_values: Sequence[Any],
+    figsize: tuple[float, float] = (8, 4),
+    show: bool = True,
+    update: Callable[..., Any] | None = None,
+) -> tuple[widgets.VBox, HTML]:
     """Display a live panel (needs a kernel) and its static twin (plays anywhere).
 
     Parameters
@@ -317,8 +341,9 @@ def explore(draw: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget
     return panel, twin_html
 
 
-def panel_bundle(panel: widgets.Widget, twin_html: HTML, twin: str,
-                 twin_values: Sequence[Any]) -> dict[str, Any]:
+def panel_bundle(
+    panel: widgets.Widget, twin_html: HTML, twin: str, twin_values: Sequence[Any]
+) -> dict[str, Any]:
     """One output holding both faces of a panel, for the front end to pick from.
 
     The MIME bundle has the live widget (``application/vnd.jupyter.widget-view+json``: what
@@ -330,10 +355,12 @@ def panel_bundle(panel: widgets.Widget, twin_html: HTML, twin: str,
     """
     bundle = dict(panel._repr_mimebundle_())
     sweep = ", ".join(_format(v) for v in twin_values)
-    note = (f'<p class="tpde-twin-note"><em>Animation</em>: <code>{html.escape(twin)}</code> '
-            f"runs through {html.escape(sweep)}, the other controls at their defaults. To move "
-            "every control, open this page as a notebook in JupyterLab or on Binder (launch "
-            "button at the top of the page) and run it.</p>")
+    note = (
+        f'<p class="tpde-twin-note"><em>Animation</em>: <code>{html.escape(twin)}</code> '
+        f"runs through {html.escape(sweep)}, the other controls at their defaults. To move "
+        "every control, open this page as a notebook in JupyterLab or on Binder (launch "
+        "button at the top of the page) and run it.</p>"
+    )
     bundle["text/html"] = f'<div class="tpde-static-twin">{note}{twin_html.data}</div>'
     bundle["text/plain"] = f"Live panel (needs a kernel); its static twin sweeps {twin}"
     return bundle

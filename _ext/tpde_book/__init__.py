@@ -29,7 +29,7 @@ STATUSES = {
 #: construction (it guards the bookkeeping) and is never counted as evidence
 KINDS = {"test": "test", "consistency": "consistency check"}
 MIME = "application/vnd.tpde.claim+json"
-GLUE_PREFIX = "application/papermill.record/"     # MyST-NB's marker of a hidden glue output
+GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's marker of a hidden glue output
 KEY_PREFIX = "claim:"
 _KEY = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
 _CLAIM = re.compile(r"^C([1-9]|1[0-7])$")
@@ -48,8 +48,14 @@ def _payload(key, status, statement, value, claim, kind):
         raise ValueError(f"claim must be a paper claim id 'C1' .. 'C17' or None, got {claim!r}")
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
         value = f"{float(value):.3g}"
-    return {"key": key, "status": status, "statement": statement,
-            "value": None if value is None else str(value), "claim": claim, "kind": kind}
+    return {
+        "key": key,
+        "status": status,
+        "statement": statement,
+        "value": None if value is None else str(value),
+        "claim": claim,
+        "kind": kind,
+    }
 
 
 def record(key, status, statement, value=None, claim=None, kind="test"):
@@ -83,9 +89,12 @@ def record(key, status, statement, value=None, claim=None, kind="test"):
     try:
         from IPython import get_ipython
         from IPython.display import display
-    except ImportError:       # plain Python without IPython: nothing to attach the output to
+    except ImportError:  # plain Python without IPython: nothing to attach the output to
         return None
     if get_ipython() is not None:
-        display({GLUE_PREFIX + MIME: json.dumps(payload)}, raw=True,
-                metadata={"scrapbook": {"name": KEY_PREFIX + key, "mime_prefix": GLUE_PREFIX}})
+        display(
+            {GLUE_PREFIX + MIME: json.dumps(payload)},
+            raw=True,
+            metadata={"scrapbook": {"name": KEY_PREFIX + key, "mime_prefix": GLUE_PREFIX}},
+        )
     return None

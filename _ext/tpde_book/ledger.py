@@ -49,8 +49,8 @@ def slug(title):
     MyST slugifies only the heading's plain-text and inline-code parts (inline math is left
     out), lowercased, spaces to hyphens, other punctuation dropped.
     """
-    text = re.sub(r"\$[^$]*\$", "", title.strip())            # inline math: not part of the slug
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)   # links: their text
+    text = re.sub(r"\$[^$]*\$", "", title.strip())  # inline math: not part of the slug
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # links: their text
     text = text.replace("`", "").replace("**", "").replace("*", "")
     return re.sub(r"[^\w\u4e00-\u9fff\- ]", "", text.lower().replace(" ", "-"))
 
@@ -119,6 +119,9 @@ def collect(root):
                         seen.add(anchor)
             elif cell.cell_type == "code":
                 for call in calls_in(cell.source):
-                    claims.append(dict(call, chapter=doc.removesuffix(".md"), title=title,
-                                       section=section, anchor=anchor))
+                    claims.append(
+                        dict(
+                            call, chapter=doc.removesuffix(".md"), title=title, section=section, anchor=anchor
+                        )
+                    )
     return claims

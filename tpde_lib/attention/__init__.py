@@ -31,7 +31,20 @@ from ._composite import L2, MultiHead
 from ._kernels import KERNELS, get_num_threads, kernel_sums, set_num_threads
 from ._sinkhorn import Sinkhorn, sinkhorn_potentials
 
-__all__ = ["Attention", "GaussianClosure", "PROTOCOL", "kernel_sums", "KERNELS",
-           "set_num_threads", "get_num_threads",
-           "Softmax", "MultiHead", "L2", "Sinkhorn", "Sigmoid", "Linear", "Unnormalised",
-           "sinkhorn_potentials"]
+__all__ = [
+    "Attention",
+    "GaussianClosure",
+    "PROTOCOL",
+    "kernel_sums",
+    "KERNELS",
+    "set_num_threads",
+    "get_num_threads",
+    "Softmax",
+    "MultiHead",
+    "L2",
+    "Sinkhorn",
+    "Sigmoid",
+    "Linear",
+    "Unnormalised",
+    "sinkhorn_potentials",
+]

@@ -55,8 +55,7 @@ __all__ = ["Attention", "GaussianClosure", "PROTOCOL", "MatrixLike"]
 MatrixLike = ArrayLike | Callable[[float], ArrayLike]
 
 #: the methods that belong to the class defining the field (never inherited across a new field)
-PROTOCOL = ("gaussian_rhs", "batched_closure", "growth_rate", "support_radius", "log_lipschitz",
-            "mobility")
+PROTOCOL = ("gaussian_rhs", "batched_closure", "growth_rate", "support_radius", "log_lipschitz", "mobility")
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def _field_owner(att):
     """Where the field of ``att`` comes from: the instance itself, or the first class of its
     MRO whose body defines ``field`` or ``velocity``."""
     if "field" in vars(att) or "velocity" in vars(att):
-        return None                                  # set on the instance: nobody's formula
+        return None  # set on the instance: nobody's formula
     for klass in type(att).__mro__:
         if "field" in klass.__dict__ or "velocity" in klass.__dict__:
             return klass
@@ -97,6 +96,7 @@ def _guarded(method, func, owner):
     """``func`` (defined in the body of ``owner``) usable only by variants whose field is
     ``owner``'s own or a field that ``owner`` inherits: a formula belongs to the field it was
     derived for."""
+
     @functools.wraps(func)
     def guarded(self, *args, **kwargs):
         source = _field_owner(self)
@@ -105,7 +105,8 @@ def _guarded(method, func, owner):
             raise NotImplementedError(
                 f"{type(self).__name__} has its own field ({where}), so "
                 f"{owner.__name__}.{method}, which belongs to {owner.__name__}'s field, does "
-                f"not apply to it. Define {method} for it if the variant has one.")
+                f"not apply to it. Define {method} for it if the variant has one."
+            )
         return func(self, *args, **kwargs)
 
     guarded.__tpde_owner__ = owner
@@ -179,8 +180,9 @@ class Attention:
         return type(self).__name__
 
     # ---- the field -----------------------------------------------------------------------
-    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
-              t: float) -> np.ndarray:
+    def field(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
         r"""The velocity :math:`\Gamma_\mu(t, x_i)` at the points of :math:`\mu = \sum_j w_j\delta_{x_j}`.
 
         Called by :meth:`velocity` on validated data; implement it in a variant.
@@ -200,8 +202,7 @@ class Attention:
         -------
         ndarray, shape (n, d)
         """
-        raise NotImplementedError(f"{self.name} must implement field(points, weights, "
-                                  "positions, t)")
+        raise NotImplementedError(f"{self.name} must implement field(points, weights, positions, t)")
 
     def velocity(self, mu: Empirical | np.ndarray, t: float = 0.0) -> np.ndarray:
         r"""The velocity field :math:`\Gamma_{\mu}(t, x_i)` at every point of ``mu``.
@@ -233,15 +234,13 @@ class Attention:
             The field is not finite (e.g. unnormalised attention at large scores).
         """
         mu = as_measure(mu)
-        if type(t) is not float or not math.isfinite(t):          # (a finite float: as is)
+        if type(t) is not float or not math.isfinite(t):  # (a finite float: as is)
             t = float(as_float_array("t", t, ndim=0))
         d = getattr(self, "d", None)
         if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-            raise TypeError(f"{self.name} must set self.d, the token dimension (a positive int), "
-                            f"got {d!r}")
+            raise TypeError(f"{self.name} must set self.d, the token dimension (a positive int), got {d!r}")
         if mu.d != d:
-            raise ValueError(f"mu has dimension {mu.d} but the {self.name} parameters act on "
-                             f"dimension d={d}")
+            raise ValueError(f"mu has dimension {mu.d} but the {self.name} parameters act on dimension d={d}")
         causal = getattr(self, "causal", False)
         if not isinstance(causal, (bool, np.bool_)):
             raise TypeError(f"{self.name}.causal must be True or False, got {causal!r}")
@@ -249,38 +248,44 @@ class Attention:
         if causal:
             positions = mu.positions
             if positions is None:
-                raise ValueError(f"causal {self.name} attention needs token positions: "
-                                 "pass mu = Empirical(points, positions=...)")
+                raise ValueError(
+                    f"causal {self.name} attention needs token positions: "
+                    "pass mu = Empirical(points, positions=...)"
+                )
             w = mu.weights
             if np.any(positions < positions[w > 0].min()):
-                raise ValueError("causal attention: every token needs a token of positive weight "
-                                 "at a position <= its own (positions vs weights)")
+                raise ValueError(
+                    "causal attention: every token needs a token of positive weight "
+                    "at a position <= its own (positions vs weights)"
+                )
         # a large call runs the engine's threads: BLAS on one thread for the whole field (the
         # products before and after the engine's blocks included), restored afterwards
         with held_blas(mu.n * mu.n):
             out = self.field(mu.points, mu.weights, positions, t)
         out = np.asarray(out)
         if out.dtype.kind not in "fiu":
-            raise TypeError(f"{self.name}.field returned an array of dtype {out.dtype}, expected "
-                            "real numbers")
+            raise TypeError(
+                f"{self.name}.field returned an array of dtype {out.dtype}, expected real numbers"
+            )
         if out.shape != (mu.n, d):
-            raise ValueError(f"{self.name}.field returned shape {out.shape}, expected "
-                             f"({mu.n}, {d})")
+            raise ValueError(f"{self.name}.field returned shape {out.shape}, expected ({mu.n}, {d})")
         if not np.isfinite(out).all():
-            raise FloatingPointError(f"{self.name} velocity field is not finite at t={t:g} "
-                                     "(overflow, or NaN from the field)")
+            raise FloatingPointError(
+                f"{self.name} velocity field is not finite at t={t:g} (overflow, or NaN from the field)"
+            )
         return out
 
     # ---- Gaussian closure ----------------------------------------------------------------
-    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
-                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Right-hand side :math:`(\alpha', \Sigma')` of the Gaussian closure.
 
         Raises ``NotImplementedError`` for variants that do not preserve Gaussians.
         """
-        raise NotImplementedError(f"{self.name} attention has no Gaussian closure (no "
-                                  "mean/covariance ODE): it does not preserve Gaussians, or "
-                                  "its closure is not implemented")
+        raise NotImplementedError(
+            f"{self.name} attention has no Gaussian closure (no "
+            "mean/covariance ODE): it does not preserve Gaussians, or "
+            "its closure is not implemented"
+        )
 
     def batched_closure(self) -> GaussianClosure:
         """The closure vectorised over a batch (:class:`GaussianClosure`).
@@ -290,8 +295,9 @@ class Attention:
         """
         raise NotImplementedError(f"{self.name} attention has no batched Gaussian closure")
 
-    def check_gaussian(self, mean: ArrayLike, cov: ArrayLike,
-                       t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    def check_gaussian(
+        self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Validate a closure's arguments: ``mean`` (d,), ``cov`` (d, d) symmetric PSD, finite.
 
         The covariance may be indefinite at round-off level (mid-integration states of
@@ -304,8 +310,9 @@ class Attention:
         cov : ndarray, shape (d, d)
         """
         if self.causal:
-            raise NotImplementedError(f"causal (masked) {self.name} attention does not preserve "
-                                      "Gaussians: no mean/covariance ODE")
+            raise NotImplementedError(
+                f"causal (masked) {self.name} attention does not preserve Gaussians: no mean/covariance ODE"
+            )
         as_float_array("t", t, ndim=0)
         m = as_float_array("mean", mean, shape=(self.d,))
         c = as_float_array("cov", cov, shape=(self.d, self.d))
@@ -314,8 +321,10 @@ class Attention:
             raise ValueError(f"cov must be symmetric (max |cov - cov^T| = {np.abs(c - c.T).max():.3g})")
         lam = np.linalg.eigvalsh(0.5 * (c + c.T))
         if lam[0] < -1e-6 * max(lam[-1], np.finfo(float).tiny):
-            raise ValueError(f"cov must be positive semi-definite (smallest eigenvalue "
-                             f"{lam[0]:.3g}; round-off down to -1e-6 x the largest is accepted)")
+            raise ValueError(
+                f"cov must be positive semi-definite (smallest eigenvalue "
+                f"{lam[0]:.3g}; round-off down to -1e-6 x the largest is accepted)"
+            )
         return m, c
 
     @property
@@ -328,8 +337,9 @@ class Attention:
         r""":math:`c(t)` such that :math:`|\Gamma_\mu(t, x)| \le c(t)\,R` when
         :math:`\operatorname{supp}\mu \subset B_R` (so supports grow at most like
         :math:`e^{\int c}`)."""
-        raise NotImplementedError(f"no growth bound for {self.name} attention: define "
-                                  f"{type(self).__name__}.growth_rate")
+        raise NotImplementedError(
+            f"no growth bound for {self.name} attention: define {type(self).__name__}.growth_rate"
+        )
 
     def support_radius(self, T: float, R0: float, times: ArrayLike) -> float:
         r"""Radius :math:`R(T) = R_0 e^{T \max_t c(t)}` of a ball holding every support up to ``T``.
@@ -349,8 +359,9 @@ class Attention:
     def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         r"""Logarithms :math:`(\log L_x(R), \log L_\mu(R))` of the Lipschitz constants of the
         field in the point and in the measure (W1) for supports in :math:`B_R`."""
-        raise NotImplementedError(f"no Lipschitz constants for {self.name} attention: define "
-                                  f"{type(self).__name__}.log_lipschitz")
+        raise NotImplementedError(
+            f"no Lipschitz constants for {self.name} attention: define {type(self).__name__}.log_lipschitz"
+        )
 
     def mobility(self, t: float = 0.0) -> np.ndarray:
         """Constant mobility matrix P of a gradient-flow structure (d, d)."""

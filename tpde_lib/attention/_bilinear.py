@@ -30,15 +30,16 @@ def _symmetric_mobility(A, V, sign):
     """``sign * V A^{-1}``, symmetrised; ValueError when there is no such gradient structure."""
     scale = max(np.abs(A).max(), np.finfo(float).tiny)
     if np.abs(A - A.T).max() > 1e-12 * scale:
-        raise ValueError("A must be symmetric for the gradient-flow structure (energy first "
-                         "variation uses a symmetric kernel)")
+        raise ValueError(
+            "A must be symmetric for the gradient-flow structure (energy first "
+            "variation uses a symmetric kernel)"
+        )
     if np.linalg.cond(A) > 1e12:
         raise ValueError("A must be invertible to define the mobility V A^{-1}")
-    P = sign * np.linalg.solve(A.T, V.T).T        # V A^{-1}
+    P = sign * np.linalg.solve(A.T, V.T).T  # V A^{-1}
     pscale = max(np.abs(P).max(), np.finfo(float).tiny)
     if np.abs(P - P.T).max() > 1e-9 * pscale:
-        raise ValueError("the mobility V A^{-1} is not symmetric: choose V = P A (or -P A) "
-                         "with P symmetric")
+        raise ValueError("the mobility V A^{-1} is not symmetric: choose V = P A (or -P A) with P symmetric")
     return 0.5 * (P + P.T)
 
 
@@ -56,8 +57,9 @@ class _Bilinear(Attention):
         return times_transpose(points, self.A(t))
 
     def _closure(self, rhs):
-        return GaussianClosure(key=(rhs,), params=lambda t: (self.A(t), self.V(t)), rhs=rhs,
-                               constant=not self.time_dependent)
+        return GaussianClosure(
+            key=(rhs,), params=lambda t: (self.A(t), self.V(t)), rhs=rhs, constant=not self.time_dependent
+        )
 
 
 class Softmax(_Bilinear):
@@ -98,8 +100,7 @@ class Softmax(_Bilinear):
     """
 
     @classmethod
-    def from_qk(cls, Q: MatrixLike, K: MatrixLike, V: MatrixLike,
-                causal: bool = False) -> Softmax:
+    def from_qk(cls, Q: MatrixLike, K: MatrixLike, V: MatrixLike, causal: bool = False) -> Softmax:
         r"""Build from query/key matrices :math:`Q, K\in\mathbb R^{k\times d}`: :math:`A = K^\top Q/\sqrt k`.
 
         ``Q`` and ``K`` may be arrays or callables of ``t``; ``k = Q.shape[0] >= 1``.
@@ -113,12 +114,15 @@ class Softmax(_Bilinear):
         if q.is_constant and k.is_constant:
             A = k().T @ q() * scale
         else:
+
             def A(t):
                 return k(t).T @ q(t) * scale
+
         return cls(A, V, causal=causal)
 
-    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
-              t: float) -> np.ndarray:
+    def field(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
         return self._summed_field([self], points, weights, positions, t)
 
     @staticmethod
@@ -132,18 +136,17 @@ class Softmax(_Bilinear):
         """
         n = points.shape[0]
         keys, w, k_pos = support(points, weights, positions)
-        with held_blas(len(heads) * n * keys.shape[0]):     # BLAS on one thread for the call
+        with held_blas(len(heads) * n * keys.shape[0]):  # BLAS on one thread for the call
             queries = [h.queries(points, t) for h in heads]
             queries = queries[0] if len(heads) == 1 else np.concatenate(queries)  # no copy of one
             q_pos = None if positions is None else np.tile(positions, len(heads))
             nd = engine_sums(queries, keys, weighted_values(keys, w), "softmax", q_pos, k_pos)
             out = normalised(nd[:n], heads[0].V(t))
             for i, h in enumerate(heads[1:], start=1):
-                out += normalised(nd[i * n:(i + 1) * n], h.V(t))
+                out += normalised(nd[i * n : (i + 1) * n], h.V(t))
         return out
 
-    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
-                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`
         (:func:`tpde_lib.gaussian.softmax_rhs`). Returns ``(dmean (d,), dcov (d, d))``."""
         m, c = self.check_gaussian(mean, cov, t)
@@ -188,12 +191,14 @@ class Unnormalised(_Bilinear):
     True
     """
 
-    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
-              t: float) -> np.ndarray:
+    def field(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
         keys, w, k_pos = support(points, weights, positions)
         with held_blas(points.shape[0] * keys.shape[0]):
-            s, row_max = engine_sums(self.queries(points, t), keys, keys * w[:, None], "exp",
-                                     positions, k_pos)
+            s, row_max = engine_sums(
+                self.queries(points, t), keys, keys * w[:, None], "exp", positions, k_pos
+            )
             with np.errstate(over="ignore", invalid="ignore"):
                 return times_transpose(s * np.exp(row_max)[:, None], self.V(t))
 
@@ -225,8 +230,7 @@ class Sigmoid(_Bilinear):
     True
     """
 
-    def __init__(self, A: MatrixLike, V: MatrixLike, bias: float = 0.0,
-                 causal: bool = False) -> None:
+    def __init__(self, A: MatrixLike, V: MatrixLike, bias: float = 0.0, causal: bool = False) -> None:
         super().__init__(A, V, causal)
         if isinstance(bias, (bool, np.bool_)) or not isinstance(bias, (int, float, np.number)):
             raise TypeError(f"bias must be a real number, got {bias!r}")
@@ -234,8 +238,9 @@ class Sigmoid(_Bilinear):
         if not np.isfinite(self.bias):
             raise ValueError(f"bias must be finite, got {bias!r}")
 
-    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
-              t: float) -> np.ndarray:
+    def field(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
         keys, w, k_pos = support(points, weights, positions)
         with held_blas(points.shape[0] * keys.shape[0]):
             qa = self.queries(points, t)
@@ -244,12 +249,10 @@ class Sigmoid(_Bilinear):
             s = engine_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
             return times_transpose(s, self.V(t))
 
-    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
-                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Not available: the field of a Gaussian is not affine in x (see
         :func:`tpde_lib.affine_defect`)."""
-        raise NotImplementedError("Sigmoid attention does not preserve Gaussians: "
-                                  "no mean/covariance ODE")
+        raise NotImplementedError("Sigmoid attention does not preserve Gaussians: no mean/covariance ODE")
 
     def growth_rate(self, t: float = 0.0) -> float:
         return _norm(self.V(t))
@@ -282,27 +285,27 @@ class Linear(_Bilinear):
     [[0.0, 0.0], [0.5, 0.0]]
     """
 
-    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
-              t: float) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):   # overflow reported by velocity()
+    def field(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow reported by velocity()
             return self._moments_field(points, weights, positions, t)
 
     def _moments_field(self, points, weights, positions, t):
-        qa = self.queries(points, t)                     # rows A x_i
+        qa = self.queries(points, t)  # rows A x_i
         wy = points * weights[:, None]
         if positions is None:
-            return qa @ (points.T @ wy) @ self.V(t).T    # rows (sum_j w_j y_j y_j^T) A x_i
+            return qa @ (points.T @ wy) @ self.V(t).T  # rows (sum_j w_j y_j y_j^T) A x_i
         order = np.argsort(positions, kind="stable")
         s_sorted = positions[order]
         # cumulative second moments over keys sorted by position; ties: take the last equal one
         outer = wy[order][:, :, None] * points[order][:, None, :]
         cum = np.cumsum(outer, axis=0)
         last = np.searchsorted(s_sorted, positions, side="right") - 1
-        moments = cum[last]                              # (n, d, d), symmetric
+        moments = cum[last]  # (n, d, d), symmetric
         return np.einsum("nij,nj->ni", moments, qa) @ self.V(t).T
 
-    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
-                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Linear Gaussian closure (:func:`tpde_lib.gaussian.linear_rhs`)."""
         m, c = self.check_gaussian(mean, cov, t)
         return closures.linear_rhs(self.A(t), self.V(t), m, c)
@@ -318,10 +321,12 @@ class Linear(_Bilinear):
         r""":math:`R(T) = R_0(1 - 2 c R_0^2 T)^{-1/2}` from :math:`R' = cR^3`; ValueError past its
         blow-up time :math:`1/(2cR_0^2)`."""
         rate = max(self.growth_rate(float(t)) for t in times)
-        blowup = np.inf if rate == 0 else 1.0 / (2.0 * rate * R0 ** 2)
+        blowup = np.inf if rate == 0 else 1.0 / (2.0 * rate * R0**2)
         if T >= blowup:
-            raise ValueError(f"the support bound of linear attention blows up at "
-                             f"t* = {blowup:.6g} <= T = {T:g} (R0 = {R0:g})")
+            raise ValueError(
+                f"the support bound of linear attention blows up at "
+                f"t* = {blowup:.6g} <= T = {T:g} (R0 = {R0:g})"
+            )
         return R0 / np.sqrt(1.0 - T / blowup)
 
     def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:

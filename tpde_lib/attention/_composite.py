@@ -29,11 +29,11 @@ def _head_result(i, head, what, value, shape, t, finite=True):
     where = f"MultiHead heads[{i}] ({type(head).__name__})"
     when = "" if t is None else f" at t={t:g}"
     if arr.dtype.kind not in "fiu":
-        raise TypeError(f"{where} returned {what} of dtype {arr.dtype}{when}, expected real "
-                        f"numbers of shape {shape}")
+        raise TypeError(
+            f"{where} returned {what} of dtype {arr.dtype}{when}, expected real numbers of shape {shape}"
+        )
     if arr.shape != shape:
-        raise ValueError(f"{where} returned {what} of shape {arr.shape}{when}, expected "
-                         f"{shape}")
+        raise ValueError(f"{where} returned {what} of shape {arr.shape}{when}, expected {shape}")
     if finite and not np.isfinite(arr).all():
         raise FloatingPointError(f"{where} returned {what} that is not finite{when}")
     return arr
@@ -94,12 +94,15 @@ class MultiHead(Attention):
         for i, h in enumerate(heads):
             d = getattr(h, "d", None)
             if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
-                raise TypeError(f"heads[{i}] ({type(h).__name__}) must set d, its token "
-                                f"dimension (a positive int), got {d!r}")
+                raise TypeError(
+                    f"heads[{i}] ({type(h).__name__}) must set d, its token "
+                    f"dimension (a positive int), got {d!r}"
+                )
         dims = {h.d for h in heads}
         if len(dims) != 1:
-            raise ValueError("heads must all act on the same dimension, got "
-                             f"{[getattr(h, 'd', None) for h in heads]}")
+            raise ValueError(
+                f"heads must all act on the same dimension, got {[getattr(h, 'd', None) for h in heads]}"
+            )
         flags = {bool(h.causal) for h in heads}
         if len(flags) != 1:
             raise ValueError("heads must be all causal or all non-causal")
@@ -117,12 +120,10 @@ class MultiHead(Attention):
             rest = [(i, h) for i, h in enumerate(self.heads) if type(h) is not Softmax]
         else:
             first = self.heads[0].field(points, weights, positions, t)
-            out = np.array(_head_result(0, self.heads[0], "a field", first, shape, t),
-                           dtype=float)
+            out = np.array(_head_result(0, self.heads[0], "a field", first, shape, t), dtype=float)
             rest = list(enumerate(self.heads))[1:]
         for i, h in rest:
-            out += _head_result(i, h, "a field", h.field(points, weights, positions, t), shape,
-                                t)
+            out += _head_result(i, h, "a field", h.field(points, weights, positions, t), shape, t)
         return out
 
     @property
@@ -137,8 +138,10 @@ class MultiHead(Attention):
         for i, h in enumerate(self.heads):
             res = h.gaussian_rhs(m, c, t)
             if not isinstance(res, (tuple, list)) or len(res) != 2:
-                raise TypeError(f"MultiHead heads[{i}] ({type(h).__name__}).gaussian_rhs must "
-                                f"return a pair (dmean, dcov), got {type(res).__name__}")
+                raise TypeError(
+                    f"MultiHead heads[{i}] ({type(h).__name__}).gaussian_rhs must "
+                    f"return a pair (dmean, dcov), got {type(res).__name__}"
+                )
             a = _head_result(i, h, "a mean derivative", res[0], (d,), t, finite=False)
             b = _head_result(i, h, "a covariance derivative", res[1], (d, d), t, finite=False)
             if dm is None:
@@ -163,17 +166,20 @@ class MultiHead(Attention):
             *values, mean, cov = args
             dm, dc, start = 0.0, 0.0, 0
             for i, (cl, k) in enumerate(zip(closures, counts)):
-                a, b = cl.rhs(*values[start:start + k], mean, cov)
-                a = _head_result(i, heads[i], "a batched mean derivative", a, mean.shape,
-                                 None, finite=False)
-                b = _head_result(i, heads[i], "a batched covariance derivative", b, cov.shape,
-                                 None, finite=False)
+                a, b = cl.rhs(*values[start : start + k], mean, cov)
+                a = _head_result(i, heads[i], "a batched mean derivative", a, mean.shape, None, finite=False)
+                b = _head_result(
+                    i, heads[i], "a batched covariance derivative", b, cov.shape, None, finite=False
+                )
                 dm, dc, start = dm + a, dc + b, start + k
             return dm, dc
 
-        return GaussianClosure(key=("multihead",) + tuple(cl.key for cl in closures),
-                               params=params, rhs=rhs,
-                               constant=all(cl.constant for cl in closures))
+        return GaussianClosure(
+            key=("multihead",) + tuple(cl.key for cl in closures),
+            params=params,
+            rhs=rhs,
+            constant=all(cl.constant for cl in closures),
+        )
 
     def growth_rate(self, t=0.0):
         return sum(h.growth_rate(t) for h in self.heads)
@@ -183,7 +189,8 @@ class MultiHead(Attention):
             if type(h).support_radius is not Attention.support_radius:
                 raise NotImplementedError(
                     f"multi-head support radius: heads[{i}] ({h.name}) has no linear growth "
-                    "bound |Gamma| <= c R (its supports grow faster), so the sum has none here")
+                    "bound |Gamma| <= c R (its supports grow faster), so the sum has none here"
+                )
         return Attention.support_radius(self, T, R0, times)
 
     def log_lipschitz(self, R, t=0.0):
@@ -220,8 +227,9 @@ class L2(Attention):
     def __init__(self, Q, K, V, tau=1.0, causal=False):
         self.Q, self.K = matrix_param("Q", Q), matrix_param("K", K)
         if self.Q.shape != self.K.shape:
-            raise ValueError(f"Q and K must have the same shape (k, d), got {self.Q.shape} "
-                             f"and {self.K.shape}")
+            raise ValueError(
+                f"Q and K must have the same shape (k, d), got {self.Q.shape} and {self.K.shape}"
+            )
         self.d = self.Q.shape[1]
         self.V = square_param("V", V, self.d, what="Q and K")
         if isinstance(tau, (bool, np.bool_)) or not isinstance(tau, (int, float, np.number)):
@@ -233,12 +241,11 @@ class L2(Attention):
 
     def field(self, points, weights, positions, t):
         keys, w, k_pos = support(points, weights, positions)
-        qx = times_transpose(points, self.Q(t)) * (2.0 / self.tau)   # (n, k)
-        ky = times_transpose(keys, self.K(t))                        # (m, k)
+        qx = times_transpose(points, self.Q(t)) * (2.0 / self.tau)  # (n, k)
+        ky = times_transpose(keys, self.K(t))  # (m, k)
         queries = np.hstack([qx, np.ones((qx.shape[0], 1))])
         key_feats = np.hstack([ky, -(ky**2).sum(axis=1, keepdims=True) / self.tau])
-        nd = kernel_sums(queries, key_feats, weighted_values(keys, w), "softmax",
-                         positions, k_pos)
+        nd = kernel_sums(queries, key_feats, weighted_values(keys, w), "softmax", positions, k_pos)
         return normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
@@ -248,9 +255,12 @@ class L2(Attention):
 
     def batched_closure(self):
         tau = np.asarray(self.tau)
-        return GaussianClosure(key=(closures.l2_rhs,),
-                               params=lambda t: (self.Q(t), self.K(t), self.V(t), tau),
-                               rhs=closures.l2_rhs, constant=not self.time_dependent)
+        return GaussianClosure(
+            key=(closures.l2_rhs,),
+            params=lambda t: (self.Q(t), self.K(t), self.V(t), tau),
+            rhs=closures.l2_rhs,
+            constant=not self.time_dependent,
+        )
 
     def growth_rate(self, t=0.0):
         return _norm(self.V(t))
@@ -259,5 +269,7 @@ class L2(Attention):
         Q, K, tau = self.Q(t), self.K(t), self.tau
         v, q, k, R2 = _norm(self.V(t)), _norm(Q), _norm(K), R * R
         with np.errstate(divide="ignore"):
-            return (np.log(2 / tau * v * _norm(K.T @ Q) * R2),
-                    np.log(v) + np.log1p(4 / tau * k * (q + k) * R2) + (q + k) ** 2 * R2 / tau)
+            return (
+                np.log(2 / tau * v * _norm(K.T @ Q) * R2),
+                np.log(v) + np.log1p(4 / tau * k * (q + k) * R2) + (q + k) ** 2 * R2 / tau,
+            )

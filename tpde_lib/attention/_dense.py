@@ -47,10 +47,11 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
         Only for ``kind="softmax"``.
     """
     n, m = out.shape
-    if out.dtype != np.float64 or not out.flags.c_contiguous or left.shape[0] != n \
-            or right.shape[0] != m:
-        raise ValueError(f"out must be a C-contiguous float64 array of shape ({left.shape[0]}, "
-                         f"{right.shape[0]}), got {out.dtype} {out.shape}")
+    if out.dtype != np.float64 or not out.flags.c_contiguous or left.shape[0] != n or right.shape[0] != m:
+        raise ValueError(
+            f"out must be a C-contiguous float64 array of shape ({left.shape[0]}, "
+            f"{right.shape[0]}), got {out.dtype} {out.shape}"
+        )
     if kind not in (None, "exp", "softmax"):
         raise ValueError(f"kind must be None, 'exp' or 'softmax', got {kind!r}")
     rows = max(1, min(n, _DENSE_BLOCK_ENTRIES // max(m, 1)))

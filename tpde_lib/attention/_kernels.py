@@ -63,10 +63,14 @@ KERNELS = ("softmax", "exp", "sigmoid")
 #: ``np.exp`` is 4 to 6 times slower below -708 (subnormal results; measured)
 _EXP_FLOOR = -700.0
 
+
 def _check_2d(name, value, cols=None):
     if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim != 2:
-        got = (f"{value.dtype} array of shape {value.shape}" if isinstance(value, np.ndarray)
-               else type(value).__name__)
+        got = (
+            f"{value.dtype} array of shape {value.shape}"
+            if isinstance(value, np.ndarray)
+            else type(value).__name__
+        )
         raise TypeError(f"{name} must be a 2-d float array, got {got}")
     if cols is not None and value.shape[1] != cols:
         raise ValueError(f"{name} must have {cols} columns, got shape {value.shape}")
@@ -81,7 +85,7 @@ def block_shape(n, m, p=_NARROW):
     widest = _BLOCK_COLS if p <= _NARROW else _BLOCK_COLS_WIDE
     cols = max(1, -(-m // max(1, -(-m // widest))))
     rows = max(1, min(n, _BLOCK_ROWS, _BLOCK_ENTRIES // cols))
-    if n * m >= _PARALLEL_ENTRIES:          # enough blocks for the pool, of equal size
+    if n * m >= _PARALLEL_ENTRIES:  # enough blocks for the pool, of equal size
         blocks = max(_MIN_BLOCKS, -(-n // rows))
         rows = max(1, -(-n // blocks))
     return rows, cols
@@ -112,22 +116,30 @@ def _call_kernel(kind, view):
             try:
                 res = np.asarray(res)
             except (TypeError, ValueError) as exc:
-                raise TypeError(f"kind (the kernel {_kernel_name(kind)}) returned "
-                                f"{type(res).__name__}, expected None (the block of scores "
-                                f"overwritten in place) or an array of shape {view.shape}") from exc
+                raise TypeError(
+                    f"kind (the kernel {_kernel_name(kind)}) returned "
+                    f"{type(res).__name__}, expected None (the block of scores "
+                    f"overwritten in place) or an array of shape {view.shape}"
+                ) from exc
         if res.dtype.kind not in "fiu":
-            raise TypeError(f"kind (the kernel {_kernel_name(kind)}) returned an array of dtype "
-                            f"{res.dtype}, expected real numbers (float or int) of shape "
-                            f"{view.shape}")
+            raise TypeError(
+                f"kind (the kernel {_kernel_name(kind)}) returned an array of dtype "
+                f"{res.dtype}, expected real numbers (float or int) of shape "
+                f"{view.shape}"
+            )
         if res.shape != view.shape:
-            raise ValueError(f"kind (the kernel {_kernel_name(kind)}) returned shape {res.shape} "
-                             f"for a block of scores of shape {view.shape}; expected an array of "
-                             "that shape (kappa applied to every score, no broadcasting) or None "
-                             "after overwriting the block in place")
+            raise ValueError(
+                f"kind (the kernel {_kernel_name(kind)}) returned shape {res.shape} "
+                f"for a block of scores of shape {view.shape}; expected an array of "
+                "that shape (kappa applied to every score, no broadcasting) or None "
+                "after overwriting the block in place"
+            )
         np.copyto(view, res)
     if not np.isfinite(view).all():
-        raise ValueError(f"kind (the kernel {_kernel_name(kind)}) gave non-finite values (inf or "
-                         "NaN) on a block of scores; expected finite kernel values")
+        raise ValueError(
+            f"kind (the kernel {_kernel_name(kind)}) gave non-finite values (inf or "
+            "NaN) on a block of scores; expected finite kernel values"
+        )
 
 
 def _apply_kernel(kind, T, view, clamp=False):
@@ -137,7 +149,7 @@ def _apply_kernel(kind, T, view, clamp=False):
     if isinstance(kind, str):
         if kind == "sigmoid":
             with np.errstate(over="ignore"):
-                np.exp(T, out=T)          # e^{-s}: inf for s < -709 gives sigma = 0
+                np.exp(T, out=T)  # e^{-s}: inf for s < -709 gives sigma = 0
             T += 1.0
             np.reciprocal(T, out=T)
             return
@@ -152,11 +164,11 @@ def _small_sums(queries, keys, values, kind, q_pos, k_pos):
     """:func:`kernel_sums` of a call of at most ``_SMALL_ENTRIES`` scores, in one dense matrix
     with the exact row maxima as the shift: no bounds, tiles or padding to set up (measured:
     n = m = 100, d = 2, 23 against 56 us)."""
-    S = (-queries if kind == "sigmoid" else queries) @ keys.T          # (n, m)
+    S = (-queries if kind == "sigmoid" else queries) @ keys.T  # (n, m)
     hidden = None if q_pos is None else k_pos[None, :] > q_pos[:, None]
     shift = seen = None
     if kind in ("softmax", "exp"):
-        shift = S.max(axis=1)     # (unmasked rows see every key: finite, given finite inputs)
+        shift = S.max(axis=1)  # (unmasked rows see every key: finite, given finite inputs)
         if hidden is not None:
             S[hidden] = -np.inf
             shift = S.max(axis=1)
@@ -169,9 +181,9 @@ def _small_sums(queries, keys, values, kind, q_pos, k_pos):
         S[hidden] = 0.0
     sums = S @ values
     if seen is not None:
-        sums[~seen] = np.nan                 # no visible key: an empty normalisation
+        sums[~seen] = np.nan  # no visible key: an empty normalisation
     if kind == "exp":
-        return sums, shift                   # the exact row maxima
+        return sums, shift  # the exact row maxima
     return sums
 
 
@@ -195,8 +207,9 @@ class _Job:
         # a shift column in the score product, unless softmax scores are small (_unshifted);
         # the squared query norms serve both that test and the shift bounds
         qq = np.einsum("ij,ij->i", queries, queries) if self.exponential and m else None
-        self.shifted = self.exponential and m > 0 and not (
-            kind == "softmax" and _unshifted(queries, keys, values, qq))
+        self.shifted = (
+            self.exponential and m > 0 and not (kind == "softmax" and _unshifted(queries, keys, values, qq))
+        )
         width = max(p + self.shifted, _NARROW)
         self.rows, self.cols = block_shape(n, m, width)
         self.nblocks = -(-n // self.rows) if m else 0
@@ -208,7 +221,7 @@ class _Job:
         self.keys = _padded(keys, m + pad, width)
         # every row block writes all its rows; with no keys there is no block
         self.sums = (np.empty if m else np.zeros)((n, self.values.shape[1]))
-        if self.exponential:        # the shift (0 when unshifted) and the exact row blocks
+        if self.exponential:  # the shift (0 when unshifted) and the exact row blocks
             self.shift, self.exact = np.zeros(n), np.zeros(self.nblocks, dtype=bool)
         if self.shifted:
             # [k_j, 1] . [q_i, -U_i] = S_ij - U_i: the shift costs one inner column, not a pass
@@ -223,8 +236,7 @@ class _Job:
             self.keys[:m, p] = 1.0
         nfull = self.keys.shape[0] // self.cols
         self.keys3 = self.keys[: nfull * self.cols].reshape(nfull, self.cols, self.keys.shape[1])
-        self.values3 = self.values[: nfull * self.cols].reshape(nfull, self.cols,
-                                                                 self.values.shape[1])
+        self.values3 = self.values[: nfull * self.cols].reshape(nfull, self.cols, self.values.shape[1])
         # full tiles per batched call (1 for a callable kernel, which is applied tile by tile)
         self.chunk = 1 if callable(kind) else max(1, _CHUNK_ENTRIES // (self.rows * self.cols))
         self.scratch = {}
@@ -235,8 +247,10 @@ class _Job:
         bufs = self.scratch.get(key)
         if bufs is None:
             ntiles = -(-self.keys.shape[0] // self.cols)
-            bufs = (np.empty(self.chunk * self.cols * self.rows),
-                    np.empty(ntiles * self.rows * self.values.shape[1]))
+            bufs = (
+                np.empty(self.chunk * self.cols * self.rows),
+                np.empty(ntiles * self.rows * self.values.shape[1]),
+            )
             self.scratch[key] = bufs
         return bufs
 
@@ -246,12 +260,12 @@ class _Job:
 
     def _exact_max(self, r0, r1, ncols, tile):
         """Row maxima of the visible scores of rows r0..r1 (0 for a row that sees nothing)."""
-        qt = np.ascontiguousarray(self.lhs[r0:r1, :self.p].T)
+        qt = np.ascontiguousarray(self.lhs[r0:r1, : self.p].T)
         best = np.full(r1 - r0, -np.inf)
         for c0 in range(0, ncols, self.cols):
             c1 = min(ncols, c0 + self.cols)
             T = tile[: (c1 - c0) * (r1 - r0)].reshape(c1 - c0, r1 - r0)
-            np.matmul(self.keys[c0:c1, :self.p], qt, out=T)
+            np.matmul(self.keys[c0:c1, : self.p], qt, out=T)
             if self.cnt is not None and c1 > self.cnt[r0]:
                 np.copyto(T, -np.inf, where=self._hidden(r0, r1, c0, c1))
             np.maximum(best, T.max(axis=0), out=best)
@@ -269,22 +283,22 @@ class _Job:
         if ncols == 0:
             out[:] = 0.0
             return
-        full = ncols if cnt is None else int(cnt[r0])        # keys seen by every row of the block
+        full = ncols if cnt is None else int(cnt[r0])  # keys seen by every row of the block
         tile, part = self._buffers()
         lhs_t = np.ascontiguousarray(self.lhs[r0:r1].T)
         if self.exponential and self.exact[i]:
-            self.shift[r0:r1] = self._exact_max(r0, r1, min(ncols, self.m), tile)   # real keys only
+            self.shift[r0:r1] = self._exact_max(r0, r1, min(ncols, self.m), tile)  # real keys only
             self.lhs[r0:r1, self.p] = lhs_t[self.p] = -self.shift[r0:r1]
         ntiles = -(-ncols // cols)
         part = part[: ntiles * b * self.values.shape[1]].reshape(ntiles, b, -1)
-        batched = 0 if callable(self.kind) else full // cols   # full tiles every row sees
+        batched = 0 if callable(self.kind) else full // cols  # full tiles every row sees
         for t0 in range(0, batched, self.chunk):
             t1 = min(batched, t0 + self.chunk)
             T = tile[: (t1 - t0) * cols * b].reshape(t1 - t0, cols, b)
             np.matmul(self.keys3[t0:t1], lhs_t, out=T)
             _apply_kernel(self.kind, T, T.T, self.clamp)
             np.matmul(T.transpose(0, 2, 1), self.values3[t0:t1], out=part[t0:t1])
-        for t in range(batched, ntiles):                 # partial, masked or callable: one by one
+        for t in range(batched, ntiles):  # partial, masked or callable: one by one
             c0 = t * cols
             c1 = min(ncols, c0 + cols)
             T = tile[: (c1 - c0) * b].reshape(c1 - c0, b)
@@ -298,15 +312,19 @@ class _Job:
                 _apply_kernel(self.kind, T, T.T, self.clamp)
             if cnt is not None and c1 > full:
                 lo = max(c0, full)
-                np.copyto(T[lo - c0:], 0.0, where=self._hidden(r0, r1, lo, c1))
+                np.copyto(T[lo - c0 :], 0.0, where=self._hidden(r0, r1, lo, c1))
             np.matmul(T.T, self.values[c0:c1], out=part[t])
         np.sum(part, axis=0, out=out)
 
 
-def kernel_sums(queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
-                kind: str | Callable[[np.ndarray], np.ndarray | None],
-                q_pos: np.ndarray | None = None,
-                k_pos: np.ndarray | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+def kernel_sums(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    kind: str | Callable[[np.ndarray], np.ndarray | None],
+    q_pos: np.ndarray | None = None,
+    k_pos: np.ndarray | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     r"""Blocked kernel sums :math:`\sum_j \kappa(S_{ij})\,\mathrm{values}_j`, :math:`S = QK^\top`.
 
     Parameters
@@ -391,8 +409,7 @@ def kernel_sums(queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
     _check_2d("keys", keys, queries.shape[1])
     _check_2d("values", values)
     if values.shape[0] != keys.shape[0]:
-        raise ValueError(f"values must have one row per key ({keys.shape[0]}), got shape "
-                         f"{values.shape}")
+        raise ValueError(f"values must have one row per key ({keys.shape[0]}), got shape {values.shape}")
     if not (callable(kind) or kind in KERNELS):
         raise ValueError(f"kind must be one of {KERNELS} or a callable, got {kind!r}")
     if (q_pos is None) != (k_pos is None):
@@ -401,12 +418,14 @@ def kernel_sums(queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
     if q_pos is not None:
         q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
         if q_pos.dtype.kind not in "fiu" or k_pos.dtype.kind not in "fiu":
-            raise TypeError(f"q_pos and k_pos must be real arrays, got dtypes {q_pos.dtype} and "
-                            f"{k_pos.dtype}")
+            raise TypeError(
+                f"q_pos and k_pos must be real arrays, got dtypes {q_pos.dtype} and {k_pos.dtype}"
+            )
         q_pos, k_pos = q_pos.astype(float, copy=False), k_pos.astype(float, copy=False)
         if q_pos.shape != (n,) or k_pos.shape != (m,):
-            raise ValueError(f"q_pos and k_pos must have shapes ({n},) and ({m},), got "
-                             f"{q_pos.shape} and {k_pos.shape}")
+            raise ValueError(
+                f"q_pos and k_pos must have shapes ({n},) and ({m},), got {q_pos.shape} and {k_pos.shape}"
+            )
         if np.isnan(q_pos).any() or np.isnan(k_pos).any():
             raise ValueError("q_pos and k_pos must not contain NaN")
     with held_blas(n * m):
@@ -430,12 +449,12 @@ def engine_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
         keys, values, k_sorted = keys[k_order], values[k_order], k_pos[k_order]
         q_order = np.argsort(q_pos, kind="stable")
         queries = queries[q_order]
-        cnt = np.searchsorted(k_sorted, q_pos[q_order], side="right")   # keys seen by query i
+        cnt = np.searchsorted(k_sorted, q_pos[q_order], side="right")  # keys seen by query i
     job = _Job(queries, keys, values, kind, cnt)
     parallel_blocks(job.nblocks, job.block, n * m)
-    sums = job.sums if job.c == job.sums.shape[1] else job.sums[:, :job.c].copy()   # no padding
+    sums = job.sums if job.c == job.sums.shape[1] else job.sums[:, : job.c].copy()  # no padding
     shift = job.shift if job.exponential else None
-    if job.exponential and (cnt is not None or m == 0):     # rows that see no key
+    if job.exponential and (cnt is not None or m == 0):  # rows that see no key
         empty = cnt == 0 if m else np.ones(n, dtype=bool)
         sums[empty] = np.nan
         shift[empty] = -np.inf

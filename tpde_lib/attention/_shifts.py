@@ -60,18 +60,22 @@ def _unshifted(queries, keys, values, qq=None):
     ``qq``: the squared row norms of ``queries``, as for :func:`_shift_bounds`."""
     if qq is None:
         qq = np.einsum("ij,ij->i", queries, queries)
-    q2 = qq.max(initial=0.0)                                           # (no query: 0)
+    q2 = qq.max(initial=0.0)  # (no query: 0)
     k2 = np.einsum("ij,ij->i", keys, keys).max(initial=0.0)
-    return bool(q2 * k2 <= _MAX_GAP**2
-                and keys.shape[0] * np.abs(values).max(initial=0.0) <= 1e200)
+    return bool(q2 * k2 <= _MAX_GAP**2 and keys.shape[0] * np.abs(values).max(initial=0.0) <= 1e200)
 
 
 def _sample_keys(keys):
     """Indices (sorted) of the keys extreme along each coordinate and of evenly spaced keys."""
-    keys_t = np.ascontiguousarray(keys.T)     # numpy reduces a short axis slowly: a copy
+    keys_t = np.ascontiguousarray(keys.T)  # numpy reduces a short axis slowly: a copy
     m = keys_t.shape[1]
-    idx = np.concatenate([keys_t.argmax(axis=1), keys_t.argmin(axis=1),
-                          np.linspace(0, m - 1, min(m, _SAMPLE_KEYS)).astype(np.intp)])
+    idx = np.concatenate(
+        [
+            keys_t.argmax(axis=1),
+            keys_t.argmin(axis=1),
+            np.linspace(0, m - 1, min(m, _SAMPLE_KEYS)).astype(np.intp),
+        ]
+    )
     return np.unique(idx)
 
 
@@ -92,25 +96,26 @@ def _loose_blocks(Q, keys, cnt, U, low, kind, rows):
     widest = np.max(gap, initial=-np.inf)
     nblocks = -(-Q.shape[0] // rows)
     if widest <= _MAX_GAP and (kind != "exp" or np.max(U, initial=0.0) <= _EXP_SHIFT_MAX):
-        return np.zeros(nblocks, dtype=bool)          # the usual case: every bound is tight
+        return np.zeros(nblocks, dtype=bool)  # the usual case: every bound is tight
     if widest > _MAX_GAP:
         samples = _sample_keys(keys)
         sk = keys[samples]
-        step = max(1, (1 << 18) // samples.size)           # (s, step) scores at a time
+        step = max(1, (1 << 18) // samples.size)  # (s, step) scores at a time
         for r0 in range(0, Q.shape[0], step):
-            q = Q[r0:r0 + step]
-            if not np.any(gap[r0:r0 + step] > _MAX_GAP):
+            q = Q[r0 : r0 + step]
+            if not np.any(gap[r0 : r0 + step] > _MAX_GAP):
                 continue
-            sc = sk @ q.T                                          # (s, r) lower bounds
-            best = low[r0:r0 + step]
+            sc = sk @ q.T  # (s, r) lower bounds
+            best = low[r0 : r0 + step]
             if cnt is not None:
-                c = cnt[r0:r0 + step]
+                c = cnt[r0 : r0 + step]
                 sc[samples[:, None] >= c[None, :]] = -np.inf
-                last = keys[np.maximum(c - 1, 0)]                  # the last visible key
+                last = keys[np.maximum(c - 1, 0)]  # the last visible key
                 best = np.maximum(best, np.einsum("ij,ij->i", q, last))
             # (the minimum keeps -inf for the rows that see no key)
-            gap[r0:r0 + step] = np.minimum(gap[r0:r0 + step],
-                                           U[r0:r0 + step] - np.maximum(best, sc.max(axis=0)))
+            gap[r0 : r0 + step] = np.minimum(
+                gap[r0 : r0 + step], U[r0 : r0 + step] - np.maximum(best, sc.max(axis=0))
+            )
     need = gap > _MAX_GAP
     if kind == "exp":
         need |= (U > _EXP_SHIFT_MAX) & (gap > -np.inf)

@@ -72,19 +72,21 @@ class _Run:
 
     def logits(self, out):
         """L / eps on the support, (m, m), written into ``out``; RuntimeError if not finite."""
-        if not dense_kernel(self.Y @ self.AT, self.Y, out):     # threaded (speed)
-            raise RuntimeError("Sinkhorn: the scores <Ax, y> / eps are not finite (eps too "
-                               "small, or the scores overflow)")
+        if not dense_kernel(self.Y @ self.AT, self.Y, out):  # threaded (speed)
+            raise RuntimeError(
+                "Sinkhorn: the scores <Ax, y> / eps are not finite (eps too small, or the scores overflow)"
+            )
         return out
 
     def row_pass(self, g):
         """T(g)_i = -LSE_j(L_ij/eps + g_j + log w_j); leaves in ``buf`` the row-normalised kernel
         exp(L_ij/eps + T_i + g_j) (entries <= 1/w_j)."""
         # threaded, one cache-sized row block at a time (speed)
-        finite, c, s = dense_kernel(self.Y @ self.AT, self.Y, self.buf, "softmax",
-                                    col_add=g + self.logw, col_div=self.w)
+        finite, c, s = dense_kernel(
+            self.Y @ self.AT, self.Y, self.buf, "softmax", col_add=g + self.logw, col_div=self.w
+        )
         if not finite:
-            self.logits(self.buf)               # raises the RuntimeError
+            self.logits(self.buf)  # raises the RuntimeError
         return -(c + np.log(s))
 
     def done(self):
@@ -96,15 +98,15 @@ class _Run:
         Returns the new potential and whether the run is over (converged or out of iterations).
         """
         w = self.w
-        with np.errstate(over="ignore"):     # row sums of the plan with f = g = phi
+        with np.errstate(over="ignore"):  # row sums of the plan with f = g = phi
             self.err = float(np.sum(w * np.abs(np.expm1(g - T))))
         if self.done():
             return g, True
         g = 0.5 * (g + T)
         self.it += 1
-        buf = self.buf                        # exp(L/eps + phi_i + phi_j) <= 1/sqrt(w_i w_j)
+        buf = self.buf  # exp(L/eps + phi_i + phi_j) <= 1/sqrt(w_i w_j)
         if not dense_kernel(self.Y @ self.AT, self.Y, buf, "exp", row_add=g, col_add=g):
-            self.logits(buf)                    # raises the RuntimeError (speed: threaded)
+            self.logits(buf)  # raises the RuntimeError (speed: threaded)
         u = np.ones(g.size)
         while True:
             Ku = matvec(buf, w * u)
@@ -113,9 +115,9 @@ class _Run:
                 return g + np.log(u), True
             if self.it >= _SYMMETRIC_ITERS:
                 return g + np.log(u), False
-            v1 = 1.0 / Ku                   # T(phi)
+            v1 = 1.0 / Ku  # T(phi)
             v2 = 1.0 / matvec(buf, w * v1)  # T(T(phi))
-            u_new = np.sqrt(v1 * v2)        # phi <- (T phi + T T phi) / 2
+            u_new = np.sqrt(v1 * v2)  # phi <- (T phi + T T phi) / 2
             self.it += 1
             if not np.all(np.isfinite(u_new)):
                 return g + np.log(u), False
@@ -137,14 +139,14 @@ class _Run:
         exact, best = True, np.inf
         omega = self.omega
         while True:
-            Ka = matvec(buf, w * np.exp(la), transpose=True)    # column sums / w_j
+            Ka = matvec(buf, w * np.exp(la), transpose=True)  # column sums / w_j
             col = float(np.sum(w * np.abs(np.exp(lb) * Ka - 1.0)))
             if exact:
                 self.err = col
                 if self.done():
                     return g + lb, True
             elif col <= self.tol or self.it >= self.max_iter:
-                return g + lb, False                # confirm with an exact row pass
+                return g + lb, False  # confirm with an exact row pass
             stalled = omega > 1.0 and len(self.errs) > 200 and col > 0.99 * self.errs[-200]
             if not np.isfinite(col) or col > 100.0 * best or stalled:
                 # over-relaxation diverged or stalls: back to plain Sinkhorn, never this far again
@@ -177,18 +179,20 @@ class _Run:
         first = True
         while True:
             if not first:
-                self.it += 1        # every log-domain pass counts: the loop always ends
+                self.it += 1  # every log-domain pass counts: the loop always ends
             first = False
             T = self.row_pass(g)
             if use_symmetric:
                 g, done = self.symmetric_sweeps(g, T)
                 if not done and self.it >= _SYMMETRIC_ITERS:
-                    use_symmetric = False          # slow: switch to over-relaxed alternation
+                    use_symmetric = False  # slow: switch to over-relaxed alternation
             else:
                 g, done = self.alternating_sweeps(g)
             if not np.all(np.isfinite(g)):
-                raise RuntimeError(f"Sinkhorn potentials are not finite after {self.it} "
-                                   "iterations (eps too small for these scores?)")
+                raise RuntimeError(
+                    f"Sinkhorn potentials are not finite after {self.it} "
+                    "iterations (eps too small for these scores?)"
+                )
             if done:
                 return g
             if self.it >= self.max_iter:
@@ -198,14 +202,21 @@ class _Run:
     def column_violation(self, g):
         """L1 column violation of the plan (T(g), g), whose rows are exact: the plan the field
         averages over. At most 2 (two probability vectors), whatever g."""
-        self.row_pass(g)                       # buf: exp(L_ij/eps + T(g)_i + g_j)
-        Ka = matvec(self.buf, self.w, transpose=True)   # column sums / w_j
+        self.row_pass(g)  # buf: exp(L_ij/eps + T(g)_i + g_j)
+        Ka = matvec(self.buf, self.w, transpose=True)  # column sums / w_j
         return float(np.sum(self.w * np.abs(Ka - 1.0)))
 
 
-def sinkhorn_potentials(points: ArrayLike, weights: ArrayLike, A: ArrayLike, eps: float = 1.0,
-                        tol: float = 1e-9, max_iter: int = 10_000, g0: ArrayLike | None = None,
-                        omega0: float = 1.0) -> tuple[np.ndarray, np.ndarray, dict]:
+def sinkhorn_potentials(
+    points: ArrayLike,
+    weights: ArrayLike,
+    A: ArrayLike,
+    eps: float = 1.0,
+    tol: float = 1e-9,
+    max_iter: int = 10_000,
+    g0: ArrayLike | None = None,
+    omega0: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray, dict]:
     r"""Potentials of the entropic self-transport plan of :math:`\mu = \sum_j w_j\delta_{y_j}`.
 
     The plan is :math:`\pi_{ij} = w_iw_j e^{f_i+g_j+\langle Ay_i, y_j\rangle/\varepsilon}` with
@@ -267,7 +278,7 @@ def sinkhorn_potentials(points: ArrayLike, weights: ArrayLike, A: ArrayLike, eps
     if omega0 >= 2.0:
         raise ValueError(f"omega0 must be in [1, 2) (an over-relaxation factor), got {omega0!r}")
     g0 = None if g0 is None else as_float_array("g0", g0, shape=(m,))
-    with held_blas(m * m):               # BLAS on one thread while the solver runs its own
+    with held_blas(m * m):  # BLAS on one thread while the solver runs its own
         return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)
 
 
@@ -279,15 +290,21 @@ def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0):
     run = _Run(points, weights, A, eps, tol, max_iter)
     g = run.solve(g, float(omega0), symmetric)
     if symmetric and run.err <= tol:
-        f = g.copy()        # err is the row (= column) violation of the symmetric plan (g, g)
+        f = g.copy()  # err is the row (= column) violation of the symmetric plan (g, g)
     else:
         # f is the exact row half-step of g, and err the column violation of that plan (f, g):
         # what is returned, not an iterate of the loop
         run.err = run.column_violation(g)
         f = run.row_pass(g)
     L = run.logits(run.buf)
-    log = {"n_iter": run.it, "err": run.err, "converged": run.err <= tol,
-           "symmetric": symmetric, "omega": run.omega, "span": float(L.max() - L.min())}
+    log = {
+        "n_iter": run.it,
+        "err": run.err,
+        "converged": run.err <= tol,
+        "symmetric": symmetric,
+        "omega": run.omega,
+        "span": float(L.max() - L.min()),
+    }
     return f, g, log
 
 
@@ -346,16 +363,29 @@ class Sinkhorn(_Bilinear):
 
     max_tokens = 10_000
 
-    def __init__(self, A: MatrixLike, V: MatrixLike, eps: float = 1.0, tol: float = 1e-9,
-                 max_iter: int = 10_000, strict: bool = True, causal: bool = False) -> None:
+    def __init__(
+        self,
+        A: MatrixLike,
+        V: MatrixLike,
+        eps: float = 1.0,
+        tol: float = 1e-9,
+        max_iter: int = 10_000,
+        strict: bool = True,
+        causal: bool = False,
+    ) -> None:
         if as_flag("causal", causal):
-            raise ValueError("causal Sinkhorn attention is not defined (causal=True): the doubly "
-                             "stochastic normalisation uses every token")
+            raise ValueError(
+                "causal Sinkhorn attention is not defined (causal=True): the doubly "
+                "stochastic normalisation uses every token"
+            )
         super().__init__(A, V, causal=False)
         self.eps = as_positive("eps", eps)
         self.tol = as_positive("tol", tol)
-        if (isinstance(max_iter, (bool, np.bool_)) or not isinstance(max_iter, (int, np.integer))
-                or max_iter < 0):
+        if (
+            isinstance(max_iter, (bool, np.bool_))
+            or not isinstance(max_iter, (int, np.integer))
+            or max_iter < 0
+        ):
             raise TypeError(f"max_iter must be a non-negative int, got {max_iter!r}")
         self.max_iter = int(max_iter)
         self.strict = as_flag("strict", strict)
@@ -378,30 +408,47 @@ class Sinkhorn(_Bilinear):
 
     def _prepare(self, points, weights, t):
         if points.shape[1] != self.d:
-            raise ValueError(f"mu has dimension {points.shape[1]} but the Sinkhorn parameters "
-                             f"act on dimension d={self.d}")
+            raise ValueError(
+                f"mu has dimension {points.shape[1]} but the Sinkhorn parameters act on dimension d={self.d}"
+            )
         keep = weights > 0
         m = int(keep.sum())
         if m > self.max_tokens:
-            raise ValueError(f"Sinkhorn attention stores the full kernel: at most "
-                             f"{self.max_tokens} tokens of positive weight (mu has {m})")
+            raise ValueError(
+                f"Sinkhorn attention stores the full kernel: at most "
+                f"{self.max_tokens} tokens of positive weight (mu has {m})"
+            )
         return points[keep], weights[keep], self.A(t), keep
 
     def _solve(self, Y, w, A, t):
         warm = self.warm_start
         fits = warm is not None and warm["m"] == Y.shape[0] and warm["symmetric"] == _is_symmetric(A)
         with held_blas(Y.shape[0] * Y.shape[0]):
-            f, g, log = _potentials(Y, w, A, self.eps, self.tol, self.max_iter,
-                                    warm["g"] if fits else None, warm["omega"] if fits else 1.0)
+            f, g, log = _potentials(
+                Y,
+                w,
+                A,
+                self.eps,
+                self.tol,
+                self.max_iter,
+                warm["g"] if fits else None,
+                warm["omega"] if fits else 1.0,
+            )
         self.last_log = log
         if log["converged"]:
-            self.warm_start = {"m": Y.shape[0], "symmetric": log["symmetric"], "g": g.copy(),
-                               "omega": log["omega"]}
+            self.warm_start = {
+                "m": Y.shape[0],
+                "symmetric": log["symmetric"],
+                "g": g.copy(),
+                "omega": log["omega"],
+            }
         else:
-            msg = (f"Sinkhorn did not converge at t={t:g}: marginal violation {log['err']:.3g} > "
-                   f"tol={self.tol:g} after max_iter={self.max_iter} iterations (the scores / eps "
-                   f"span {log['span']:.3g}; convergence slows as this span grows: raise "
-                   f"eps, tol or max_iter)")
+            msg = (
+                f"Sinkhorn did not converge at t={t:g}: marginal violation {log['err']:.3g} > "
+                f"tol={self.tol:g} after max_iter={self.max_iter} iterations (the scores / eps "
+                f"span {log['span']:.3g}; convergence slows as this span grows: raise "
+                f"eps, tol or max_iter)"
+            )
             if self.strict:
                 raise RuntimeError(msg)
             warnings.warn(msg, RuntimeWarning, stacklevel=4)
@@ -436,27 +483,30 @@ class Sinkhorn(_Bilinear):
         P[np.ix_(keep, keep)] = np.exp(logits) * np.outer(w, w)
         return P
 
-    def field(self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None,
-              t: float) -> np.ndarray:
+    def field(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
         Y, w, A, _ = self._prepare(points, weights, t)
-        with held_blas(Y.shape[0] * Y.shape[0]):         # BLAS on one thread for the call
+        with held_blas(Y.shape[0] * Y.shape[0]):  # BLAS on one thread for the call
             _, g = self._solve(Y, w, A, t)
             queries = np.hstack([points @ (A.T / self.eps), np.ones((points.shape[0], 1))])
             keys = np.hstack([Y, g[:, None]])
             nd = engine_sums(queries, keys, weighted_values(Y, w), "softmax")
             return normalised(nd, self.V(t))
 
-    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike,
-                     t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Sinkhorn Gaussian closure (:func:`tpde_lib.gaussian.sinkhorn_rhs`)."""
         m, c = self.check_gaussian(mean, cov, t)
         return closures.sinkhorn_rhs(self.A(t), self.V(t), self.eps, m, c)
 
     def batched_closure(self) -> GaussianClosure:
         eps = np.asarray(self.eps)
-        return GaussianClosure(key=(closures.sinkhorn_rhs,),
-                               params=lambda t: (self.A(t), self.V(t), eps),
-                               rhs=closures.sinkhorn_rhs, constant=not self.time_dependent)
+        return GaussianClosure(
+            key=(closures.sinkhorn_rhs,),
+            params=lambda t: (self.A(t), self.V(t), eps),
+            rhs=closures.sinkhorn_rhs,
+            constant=not self.time_dependent,
+        )
 
     def growth_rate(self, t: float = 0.0) -> float:
         r""":math:`\|V\|`: the field is :math:`V` times a conditional expectation of the plan."""
@@ -465,7 +515,8 @@ class Sinkhorn(_Bilinear):
     def log_lipschitz(self, R: float, t: float = 0.0) -> tuple[float, float]:
         raise NotImplementedError(
             "Lipschitz constants of Sinkhorn attention are not derived here: they need a "
-            "W_1-stability estimate of the entropic potentials, which the book does not derive")
+            "W_1-stability estimate of the entropic potentials, which the book does not derive"
+        )
 
     def mobility(self, t: float = 0.0) -> np.ndarray:
         r"""Mobility :math:`P = VA^{-1}` of the entropic self-transport energy

@@ -44,10 +44,11 @@ _state = {"threads": None, "pool": None, "size": 0, "blas": None}
 #: the BLAS hold shared by all callers: how many are inside, and the thread counts to restore
 _hold = {"depth": 0, "saved": []}
 _lock = threading.Lock()
-_local = threading.local()      # .inside: this thread runs blocks of a threaded call (no nesting)
+_local = threading.local()  # .inside: this thread runs blocks of a threaded call (no nesting)
 # a forked child has the parent's executor but not its threads, nor its callers: it starts afresh
-os.register_at_fork(after_in_child=lambda: (_state.update(pool=None, size=0),
-                                            _hold.update(depth=0, saved=[])))
+os.register_at_fork(
+    after_in_child=lambda: (_state.update(pool=None, size=0), _hold.update(depth=0, saved=[]))
+)
 
 
 def set_num_threads(k: int | None = None) -> None:
@@ -191,8 +192,7 @@ def _executor(workers):
         if _state["size"] < workers:
             # (the old pool is not shut down: a concurrent caller may still submit to it; its
             # idle threads end when it is collected)
-            _state["pool"] = concurrent.futures.ThreadPoolExecutor(workers,
-                                                                   thread_name_prefix="tpde")
+            _state["pool"] = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tpde")
             _state["size"] = workers
         return _state["pool"]
 
@@ -217,7 +217,7 @@ def parallel_blocks(nblocks, task, entries):
     counter = itertools.count()
     failed = []
 
-    def worker():                # records the first exception instead of raising it
+    def worker():  # records the first exception instead of raising it
         _local.inside = True
         try:
             with np.errstate(**errs):
@@ -234,7 +234,7 @@ def parallel_blocks(nblocks, task, entries):
         try:
             worker()
             concurrent.futures.wait(futures)
-        except BaseException as exc:      # interrupted while waiting: the others stop too
+        except BaseException as exc:  # interrupted while waiting: the others stop too
             failed.append(exc)
             raise
     if failed:

@@ -21,16 +21,26 @@ from .._checks import (
 from ..attention import Softmax
 from ..gaussian import simulate_gaussian_batch
 
-__all__ = ["numerical_rank", "predicted_limit_rank", "lyapunov", "lyapunov_matrix", "CONVERGES",
-           "BLOWS_UP", "GROWS", "OUTCOME_NAMES", "classify_outcome", "PhaseDiagram",
-           "phase_diagram"]
+__all__ = [
+    "numerical_rank",
+    "predicted_limit_rank",
+    "lyapunov",
+    "lyapunov_matrix",
+    "CONVERGES",
+    "BLOWS_UP",
+    "GROWS",
+    "OUTCOME_NAMES",
+    "classify_outcome",
+    "PhaseDiagram",
+    "phase_diagram",
+]
 
 # --------------------------------------------------------------------------------------------
 # Ranks, limits, Lyapunov functions
 # --------------------------------------------------------------------------------------------
 
-def numerical_rank(cov: ArrayLike, tol: float = 1e-1,
-                   relative: bool = False) -> NDArray[np.int_]:
+
+def numerical_rank(cov: ArrayLike, tol: float = 1e-1, relative: bool = False) -> NDArray[np.int_]:
     r"""Number of eigenvalues above ``tol`` (batched).
 
     The histograms of the paper count eigenvalues :math:`> 0.1` (``tol_rank=1e-1``);
@@ -86,8 +96,10 @@ def predicted_limit_rank(A: ArrayLike, tol: float = 1e-10) -> NDArray[np.int_]:
     lam = np.linalg.eigvalsh(A + np.swapaxes(A, -1, -2))
     scale = np.maximum(1.0, np.abs(lam).max(axis=-1, keepdims=True))
     if np.any(lam > tol * scale):
-        raise ValueError("A + A^T must be negative semi-definite for a limit to exist "
-                         f"(largest eigenvalue {lam[..., -1].max():.3g} > 0)")
+        raise ValueError(
+            "A + A^T must be negative semi-definite for a limit to exist "
+            f"(largest eigenvalue {lam[..., -1].max():.3g} > 0)"
+        )
     return A.shape[-1] - np.sum(np.abs(lam) > tol * scale, axis=-1)
 
 
@@ -141,18 +153,21 @@ def lyapunov_matrix(V: ArrayLike) -> NDArray[np.float64]:
     lam, R = np.linalg.eig(V)
     scale = np.abs(lam).max(axis=-1, keepdims=True)
     if np.any(np.abs(lam.imag) > 1e-10 * scale) or np.any(lam.real <= 1e-12 * scale):
-        raise ValueError("V must be diagonalisable with real positive eigenvalues, got "
-                         f"eigenvalues {np.round(lam.reshape(-1, lam.shape[-1])[0], 6)} (first)")
+        raise ValueError(
+            "V must be diagonalisable with real positive eigenvalues, got "
+            f"eigenvalues {np.round(lam.reshape(-1, lam.shape[-1])[0], 6)} (first)"
+        )
     R = R.real
     # a Jordan block (defective V) has (numerically) parallel eigenvectors: R singular, and
     # R D R^T would be a singular "Lyapunov matrix"
     cond = np.linalg.cond(R)
     if np.any(~(cond < 1e8)):
-        raise ValueError(f"V must be diagonalisable with real positive eigenvalues: its "
-                         f"eigenvector matrix has condition number {np.max(cond):.3g} "
-                         "(a Jordan block, or nearly one)")
+        raise ValueError(
+            f"V must be diagonalisable with real positive eigenvalues: its "
+            f"eigenvector matrix has condition number {np.max(cond):.3g} "
+            "(a Jordan block, or nearly one)"
+        )
     return (R * lam.real[..., None, :]) @ np.swapaxes(R, -1, -2)
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,9 +178,14 @@ CONVERGES, BLOWS_UP, GROWS = 0, 1, 2
 OUTCOME_NAMES = {CONVERGES: "converges", BLOWS_UP: "blows up", GROWS: "grows"}
 
 
-def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | None = None,
-                     growth_factor: float = 10.0, rank_tol: float = 1e-2,
-                     status: ArrayLike | None = None) -> NDArray[np.int_]:
+def classify_outcome(
+    cov: ArrayLike,
+    blowup_time: ArrayLike,
+    valid: ArrayLike | None = None,
+    growth_factor: float = 10.0,
+    rank_tol: float = 1e-2,
+    status: ArrayLike | None = None,
+) -> NDArray[np.int_]:
     r"""Classify accurate covariance trajectories: converge to rank r, blow up at t*, or grow.
 
     * **blows up**: the integrator reported a finite blow-up time (with ``status`` given: only
@@ -211,8 +231,7 @@ def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | 
         except ValueError as exc:
             raise ValueError(f"valid must be a bool array of shape ({B}, {T}) ({exc})") from exc
         if valid.dtype != bool:
-            raise TypeError(f"valid must be a bool array of shape ({B}, {T}), got dtype "
-                            f"{valid.dtype}")
+            raise TypeError(f"valid must be a bool array of shape ({B}, {T}), got dtype {valid.dtype}")
         if valid.shape != (B, T):
             raise ValueError(f"valid must have shape ({B}, {T}), got {valid.shape}")
     last = np.maximum(T - 1 - np.argmax(valid[:, ::-1], axis=1), 0)
@@ -226,14 +245,14 @@ def classify_outcome(cov: ArrayLike, blowup_time: ArrayLike, valid: ArrayLike | 
         try:
             status = np.asarray(status)
         except ValueError as exc:
-            raise ValueError(f"status must be an array of shape ({B},) of the solver's statuses "
-                             f"({exc})") from exc
+            raise ValueError(
+                f"status must be an array of shape ({B},) of the solver's statuses ({exc})"
+            ) from exc
         if status.shape != (B,):
             raise ValueError(f"status must have shape ({B},), got {status.shape}")
         allowed = ("ok", "blowup", "growth_limit", "max_steps", "step_underflow")
         if not all(isinstance(x, str) and x in allowed for x in status.tolist()):
-            raise ValueError(f"status must hold the solver's statuses {allowed}, got "
-                             f"{status.tolist()[:5]}")
+            raise ValueError(f"status must hold the solver's statuses {allowed}, got {status.tolist()[:5]}")
         blows &= status == "blowup"
         outcome[(status == "growth_limit") & ~blows] = GROWS
     outcome[blows] = BLOWS_UP
@@ -276,10 +295,19 @@ def _rotation(theta):
     return np.array([[c, -s], [s, c]])
 
 
-def phase_diagram(a1: ArrayLike, a2: ArrayLike, V: ArrayLike, cov0: ArrayLike, theta: float = 0.0,
-                  skew: float = 0.0, horizon: float = 50.0, n_times: int = 201,
-                  growth_factor: float = 10.0, rank_tol: float = 1e-2,
-                  **solver_options) -> PhaseDiagram:
+def phase_diagram(
+    a1: ArrayLike,
+    a2: ArrayLike,
+    V: ArrayLike,
+    cov0: ArrayLike,
+    theta: float = 0.0,
+    skew: float = 0.0,
+    horizon: float = 50.0,
+    n_times: int = 201,
+    growth_factor: float = 10.0,
+    rank_tol: float = 1e-2,
+    **solver_options,
+) -> PhaseDiagram:
     r"""Outcome of 2-D softmax dynamics over the family :math:`A = R_\theta\,\mathrm{diag}(a_1,
     a_2)\,R_\theta^\top + s J`.
 
@@ -325,10 +353,15 @@ def phase_diagram(a1: ArrayLike, a2: ArrayLike, V: ArrayLike, cov0: ArrayLike, t
     flatA = A.reshape(-1, 2, 2)
     atts = [Softmax(a, V) for a in flatA]
     times = np.linspace(0.0, horizon, n_times)
-    batch = simulate_gaussian_batch(atts, np.broadcast_to(cov0, flatA.shape).copy(), times,
-                                    **solver_options)
-    outcome, rank = classify_outcome(batch.cov, batch.blowup_time, batch.valid, status=batch.status,
-                                     growth_factor=growth_factor, rank_tol=rank_tol)
+    batch = simulate_gaussian_batch(atts, np.broadcast_to(cov0, flatA.shape).copy(), times, **solver_options)
+    outcome, rank = classify_outcome(
+        batch.cov,
+        batch.blowup_time,
+        batch.valid,
+        status=batch.status,
+        growth_factor=growth_factor,
+        rank_tol=rank_tol,
+    )
     shape = g1.shape
     pred_t = pred_r = None
     if np.allclose(V, V[0, 0] * np.eye(2)) and V[0, 0] > 0:
@@ -340,7 +373,15 @@ def phase_diagram(a1: ArrayLike, a2: ArrayLike, V: ArrayLike, cov0: ArrayLike, t
         pred_t = np.where(top > 0, 1.0 / (v * np.where(top > 0, top, 1.0)), np.inf)
         pred_t = pred_t.reshape(shape)
         sym_eigs = np.linalg.eigvalsh(flatA + np.swapaxes(flatA, -1, -2))
-        pred_r = np.where(sym_eigs[:, -1] > 1e-12, -1,
-                          2 - np.sum(np.abs(sym_eigs) > 1e-12, axis=-1)).reshape(shape)
-    return PhaseDiagram(a1, a2, outcome.reshape(shape), rank.reshape(shape),
-                        np.asarray(batch.blowup_time, float).reshape(shape), pred_t, pred_r)
+        pred_r = np.where(sym_eigs[:, -1] > 1e-12, -1, 2 - np.sum(np.abs(sym_eigs) > 1e-12, axis=-1)).reshape(
+            shape
+        )
+    return PhaseDiagram(
+        a1,
+        a2,
+        outcome.reshape(shape),
+        rank.reshape(shape),
+        np.asarray(batch.blowup_time, float).reshape(shape),
+        pred_t,
+        pred_r,
+    )

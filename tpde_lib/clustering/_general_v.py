@@ -23,9 +23,17 @@ from ..attention import Softmax
 from ..gaussian import simulate_gaussian, simulate_gaussian_batch
 from ..measures import Gaussian
 
-__all__ = ["random_value_matrices", "pairs_with_sign_condition", "BlowupSurvey", "blowup_survey",
-           "ensemble_survey", "Counterexamples", "sign_condition_counterexamples",
-           "r5_counterexample", "blowup_time_lower_bound", "congruence"]
+__all__ = [
+    "random_value_matrices",
+    "pairs_with_sign_condition",
+    "BlowupSurvey",
+    "blowup_survey",
+    "ensemble_survey",
+    "Counterexamples",
+    "sign_condition_counterexamples",
+    "blowup_time_lower_bound",
+    "congruence",
+]
 
 # --------------------------------------------------------------------------------------------
 # General V: ensembles, counterexamples, invariances
@@ -36,8 +44,7 @@ def _spectral(M):
     return np.linalg.norm(M, 2, axis=(-2, -1))
 
 
-def random_value_matrices(rng: np.random.Generator, n: int, d: int,
-                          kind: str) -> NDArray[np.float64]:
+def random_value_matrices(rng: np.random.Generator, n: int, d: int, kind: str) -> NDArray[np.float64]:
     r"""``n`` random value matrices of one ensemble, spectral norm 1.
 
     * ``"identity"``: :math:`V = I`;
@@ -130,9 +137,17 @@ class BlowupSurvey:
         return self.status == "blowup"
 
 
-def blowup_survey(A: ArrayLike, V: ArrayLike, cov0: ArrayLike, horizon: float = 200.0,
-                  rtol: float = 1e-8, atol: float = 1e-10, max_growth: float = 1e8,
-                  switch_growth: float = 1e3, stiff_method: str = "LSODA") -> BlowupSurvey:
+def blowup_survey(
+    A: ArrayLike,
+    V: ArrayLike,
+    cov0: ArrayLike,
+    horizon: float = 200.0,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_growth: float = 1e8,
+    switch_growth: float = 1e3,
+    stiff_method: str = "LSODA",
+) -> BlowupSurvey:
     r"""Integrate :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top` for a batch.
 
     One call of :func:`tpde_lib.gaussian.simulate_gaussian_batch` (vectorised Dormand–Prince,
@@ -179,9 +194,14 @@ def blowup_survey(A: ArrayLike, V: ArrayLike, cov0: ArrayLike, horizon: float = 
     max_growth = as_at_least("max_growth", max_growth, 1.0, " (a growth factor)")
     switch_growth = as_at_least("switch_growth", switch_growth, 1.0, " (a growth factor)")
     stiff_method = as_choice("stiff_method", stiff_method, ("LSODA", "BDF", "Radau"))
-    batch = simulate_gaussian_batch([Softmax(a, v) for a, v in zip(A, V)], cov0.copy(),
-                                    np.array([0.0, horizon]), rtol=rtol, atol=atol,
-                                    max_growth=min(switch_growth, max_growth))
+    batch = simulate_gaussian_batch(
+        [Softmax(a, v) for a, v in zip(A, V)],
+        cov0.copy(),
+        np.array([0.0, horizon]),
+        rtol=rtol,
+        atol=atol,
+        max_growth=min(switch_growth, max_growth),
+    )
     tstar = np.asarray(batch.blowup_time, float).copy()
     status = np.asarray(batch.status).astype(object)
     d = A.shape[1]
@@ -189,17 +209,23 @@ def blowup_survey(A: ArrayLike, V: ArrayLike, cov0: ArrayLike, horizon: float = 
     # with an underflowing step (stiff), re-solved one by one with the stiff method
     redo = np.isin(status, ("growth_limit", "max_steps", "step_underflow"))
     for b in np.flatnonzero(redo):  # a loop over a few members, not tokens
-        tr = simulate_gaussian(Softmax(A[b], V[b]), Gaussian(np.zeros(d), cov0[b]),
-                               [0.0, horizon], rtol=rtol, atol=atol, method=stiff_method,
-                               max_growth=max_growth)
+        tr = simulate_gaussian(
+            Softmax(A[b], V[b]),
+            Gaussian(np.zeros(d), cov0[b]),
+            [0.0, horizon],
+            rtol=rtol,
+            atol=atol,
+            method=stiff_method,
+            max_growth=max_growth,
+        )
         tstar[b] = np.inf if tr.blowup_time is None else tr.blowup_time
         status[b] = tr.status
-    return BlowupSurvey(A, V, cov0.copy(), tstar, status.astype(str), _sym_max(V @ A),
-                        _sym_max(A), horizon)
+    return BlowupSurvey(A, V, cov0.copy(), tstar, status.astype(str), _sym_max(V @ A), _sym_max(A), horizon)
 
 
-def ensemble_survey(V_kind: str, start: str = "identity", n: int = 200, d: int = 2, seed: int = 0,
-                    horizon: float = 50.0) -> BlowupSurvey:
+def ensemble_survey(
+    V_kind: str, start: str = "identity", n: int = 200, d: int = 2, seed: int = 0, horizon: float = 50.0
+) -> BlowupSurvey:
     r"""Fates of ``n`` random pairs :math:`(A, V)` of one ensemble, from one kind of start.
 
     With ``np.random.default_rng(seed)``: :math:`V` from :func:`random_value_matrices`
@@ -266,9 +292,14 @@ class Counterexamples:
         return self.survey.A[i], self.survey.V[i], float(self.survey.blowup_time[i])
 
 
-def sign_condition_counterexamples(V_kind: str = "spd", d: int = 2, margin: float = 0.05,
-                                   seed: int = 0, n_candidates: int = 200,
-                                   horizon: float = 200.0) -> Counterexamples:
+def sign_condition_counterexamples(
+    V_kind: str = "spd",
+    d: int = 2,
+    margin: float = 0.05,
+    seed: int = 0,
+    n_candidates: int = 200,
+    horizon: float = 200.0,
+) -> Counterexamples:
     r"""Seeded search for blow-ups under :math:`VA + A^\top V^\top \preceq -\mathrm{margin}\,I`.
 
     With ``np.random.default_rng(seed)``, draws value matrices of :func:`random_value_matrices`
@@ -303,12 +334,6 @@ def sign_condition_counterexamples(V_kind: str = "spd", d: int = 2, margin: floa
     return Counterexamples(blowup_survey(A, V, np.eye(d), horizon), float(margin), V_kind, seed)
 
 
-def r5_counterexample(d: int = 2, seed: int = 0, n_candidates: int = 100,
-                      horizon: float = 10.0) -> NDArray[np.float64]:
-    """Deprecated name (one release): :func:`sign_condition_counterexamples` with general V."""
-    return sign_condition_counterexamples("general", d, 1e-12, seed, n_candidates, horizon)
-
-
 def blowup_time_lower_bound(A: ArrayLike, V: ArrayLike, cov0: ArrayLike) -> NDArray[np.float64]:
     r"""The universal lower bound :math:`t^* \ge 1/(2\|V\|_2\|A\|_2\lambda_{\max}(\Sigma_0))`.
 
@@ -331,9 +356,11 @@ def blowup_time_lower_bound(A: ArrayLike, V: ArrayLike, cov0: ArrayLike) -> NDAr
     asym = np.abs(cov0 - np.swapaxes(cov0, -1, -2)).max()
     big = np.abs(cov0).max()
     if asym > 1e-8 * big or np.any(lam[..., 0] < -1e-8 * big):
-        raise ValueError(f"cov0 must hold symmetric positive semi-definite covariances (smallest "
-                         f"eigenvalue {lam[..., 0].min():.3g}, asymmetry {asym:.3g}): a bound "
-                         "from an indefinite matrix would be meaningless (negative)")
+        raise ValueError(
+            f"cov0 must hold symmetric positive semi-definite covariances (smallest "
+            f"eigenvalue {lam[..., 0].min():.3g}, asymmetry {asym:.3g}): a bound "
+            "from an indefinite matrix would be meaningless (negative)"
+        )
     with np.errstate(divide="ignore", over="ignore"):  # inf where A, V or cov0 vanish
         return 1.0 / (2.0 * _spectral(V) * _spectral(A) * np.maximum(lam[..., -1], 0.0))
 

@@ -55,9 +55,22 @@ from ._witnesses import (
 )
 
 __all__ = [
-    "sinkhorn_energy", "partition_function", "interaction_energy", "mobility", "dissipation",
-    "sinkhorn_energy_gaussian", "sinkhorn_energy_gradient_gaussian",
-    "bures_wasserstein_gradient_flow_rhs", "interaction_energy_gaussian", "gaussian_metric",
-    "velocity_jacobian", "symmetry_defect", "configuration_gradient", "frobenius_gradient",
-    "energy_along_geodesic", "second_differences", "search_geodesic_convexity", "ConvexitySearch",
+    "sinkhorn_energy",
+    "partition_function",
+    "interaction_energy",
+    "mobility",
+    "dissipation",
+    "sinkhorn_energy_gaussian",
+    "sinkhorn_energy_gradient_gaussian",
+    "bures_wasserstein_gradient_flow_rhs",
+    "interaction_energy_gaussian",
+    "gaussian_metric",
+    "velocity_jacobian",
+    "symmetry_defect",
+    "configuration_gradient",
+    "frobenius_gradient",
+    "energy_along_geodesic",
+    "second_differences",
+    "search_geodesic_convexity",
+    "ConvexitySearch",
 ]

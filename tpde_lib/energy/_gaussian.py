@@ -25,8 +25,11 @@ from .._linalg import psd_sqrt, sym_fn
 from ..measures import Gaussian
 
 __all__ = [
-    "sinkhorn_energy_gaussian", "sinkhorn_energy_gradient_gaussian",
-    "bures_wasserstein_gradient_flow_rhs", "interaction_energy_gaussian", "gaussian_metric",
+    "sinkhorn_energy_gaussian",
+    "sinkhorn_energy_gradient_gaussian",
+    "bures_wasserstein_gradient_flow_rhs",
+    "interaction_energy_gaussian",
+    "gaussian_metric",
 ]
 
 
@@ -50,6 +53,7 @@ def _phi_times(c):
 
     def phi(lam):
         return 2.0 / (inv_c + np.hypot(inv_c, 2.0 * np.sqrt(np.clip(lam, 0.0, None))))
+
     return phi
 
 
@@ -66,8 +70,9 @@ def _gaussian_args(cov, A, eps):
     return S, A, eps
 
 
-def sinkhorn_energy_gaussian(cov: ArrayLike, A: ArrayLike, eps: float = 1.0,
-                             mean: ArrayLike | None = None) -> float:
+def sinkhorn_energy_gaussian(
+    cov: ArrayLike, A: ArrayLike, eps: float = 1.0, mean: ArrayLike | None = None
+) -> float:
     r"""Closed form of :math:`F = \frac12\mathrm{OT}_\varepsilon(\mu,\mu)` for Gaussian :math:`\mu`.
 
     Derived in the chapter "Gradient flows" ({eq}`eq-gf-sinkhorn-gaussian-energy`): with
@@ -109,13 +114,13 @@ def sinkhorn_energy_gaussian(cov: ArrayLike, A: ArrayLike, eps: float = 1.0,
     with np.errstate(over="ignore"):
         value = 0.5 * eps * np.sum(_h_sv(c * np.abs(s[d:]))) - 0.5 * alpha @ A @ alpha
     if not np.isfinite(value):
-        raise FloatingPointError(f"sinkhorn_energy_gaussian = {value} exceeds the float range "
-                                 "(cov, A or mean too large)")
+        raise FloatingPointError(
+            f"sinkhorn_energy_gaussian = {value} exceeds the float range (cov, A or mean too large)"
+        )
     return float(value)
 
 
-def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
-                                      eps: float = 1.0) -> NDArray[np.float64]:
+def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike, eps: float = 1.0) -> NDArray[np.float64]:
     r"""Gradient :math:`\nabla_\Sigma F` of the centred :func:`sinkhorn_energy_gaussian`, shape (d, d).
 
     Derived in the chapter "Gradient flows" (envelope theorem on the Schrödinger potentials):
@@ -152,8 +157,9 @@ def sinkhorn_energy_gradient_gaussian(cov: ArrayLike, A: ArrayLike,
     return 0.5 * (grad + grad.T)
 
 
-def bures_wasserstein_gradient_flow_rhs(cov: ArrayLike, A: ArrayLike,
-                                        eps: float = 1.0) -> NDArray[np.float64]:
+def bures_wasserstein_gradient_flow_rhs(
+    cov: ArrayLike, A: ArrayLike, eps: float = 1.0
+) -> NDArray[np.float64]:
     r"""Bures–Wasserstein gradient flow of :math:`F`: :math:`\Sigma' = -2(\nabla F\,\Sigma + \Sigma\nabla F)`.
 
     A linear velocity field :math:`x\mapsto Mx` moves :math:`\mathcal N(0,\Sigma)` by
@@ -178,8 +184,7 @@ def bures_wasserstein_gradient_flow_rhs(cov: ArrayLike, A: ArrayLike,
     return 0.5 * (out + out.T)
 
 
-def interaction_energy_gaussian(cov: ArrayLike, A: ArrayLike,
-                                mean: ArrayLike | None = None) -> float:
+def interaction_energy_gaussian(cov: ArrayLike, A: ArrayLike, mean: ArrayLike | None = None) -> float:
     r"""Closed form of :func:`~tpde_lib.energy.interaction_energy` for a Gaussian :math:`\mu`.
 
     Derived in the chapter "Gradient flows" (Gaussian integral of :math:`e^{y^\top Ax}` over
@@ -219,17 +224,21 @@ def interaction_energy_gaussian(cov: ArrayLike, A: ArrayLike,
     block = np.block([[eye, -C.T], [-C, eye]])
     b = np.concatenate([R @ A.T @ alpha, R @ A @ alpha])
     expo = alpha @ A @ alpha + 0.5 * b @ np.linalg.solve(block, b)
-    return float(0.5 * np.prod(1.0 - sv ** 2) ** -0.5 * np.exp(expo))
-
-
+    return float(0.5 * np.prod(1.0 - sv**2) ** -0.5 * np.exp(expo))
 
 
 # --------------------------------------------------------------------------------------------
 # the metrics on affine velocity fields
 # --------------------------------------------------------------------------------------------
 
-def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[ArrayLike, ArrayLike],
-                    P: ArrayLike | None = None, A: ArrayLike | None = None) -> float:
+
+def gaussian_metric(
+    g: Gaussian,
+    u1: tuple[ArrayLike, ArrayLike],
+    u2: tuple[ArrayLike, ArrayLike],
+    P: ArrayLike | None = None,
+    A: ArrayLike | None = None,
+) -> float:
     r"""Inner product of two affine velocity fields at a Gaussian, for a (weighted) mobility metric.
 
     For :math:`\mu = \mathcal N(\alpha,\Sigma)` and :math:`u_k(x) = b_k + M_k(x-\alpha)`,
@@ -274,12 +283,14 @@ def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[Arra
     d = g.d
     for k, u in ((1, u1), (2, u2)):
         if not isinstance(u, tuple | list) or len(u) != 2:
-            raise TypeError(f"u{k} must be a pair (b (d,), M (d, d)) of an affine field, got "
-                            f"{type(u).__name__} {u!r:.40}")
-    (b1, M1), (b2, M2) = [(as_float_array(f"u{k}[0]", u[0], shape=(d,)),
-                           as_square(f"u{k}[1]", u[1], d)) for k, u in ((1, u1), (2, u2))]
-    Pinv = np.eye(d) if P is None else np.linalg.inv(
-        as_nonsingular("P", as_covariance("P", P, d)))
+            raise TypeError(
+                f"u{k} must be a pair (b (d,), M (d, d)) of an affine field, got {type(u).__name__} {u!r:.40}"
+            )
+    (b1, M1), (b2, M2) = [
+        (as_float_array(f"u{k}[0]", u[0], shape=(d,)), as_square(f"u{k}[1]", u[1], d))
+        for k, u in ((1, u1), (2, u2))
+    ]
+    Pinv = np.eye(d) if P is None else np.linalg.inv(as_nonsingular("P", as_covariance("P", P, d)))
     if P is not None and np.linalg.eigvalsh(Pinv)[0] <= 0:
         raise ValueError("P must be symmetric positive definite")
     alpha, Sigma = g.mean, g.cov
@@ -287,7 +298,7 @@ def gaussian_metric(g: Gaussian, u1: tuple[ArrayLike, ArrayLike], u2: tuple[Arra
         c, m, S = 1.0, alpha, Sigma
     else:
         A = as_square("A", A, d)
-        as_nonsingular("g.cov", Sigma)   # the weighted metric needs Sigma^-1
+        as_nonsingular("g.cov", Sigma)  # the weighted metric needs Sigma^-1
         prec = np.linalg.inv(Sigma) - A.T @ Sigma @ A
         if np.linalg.eigvalsh(0.5 * (prec + prec.T))[0] <= 0:
             raise ValueError("the weight Z_mu is not integrable: ||Sigma^1/2 A Sigma^1/2||_2 >= 1")

@@ -27,8 +27,7 @@ from .._checks import (
 from ..attention import Attention
 from ..measures import Empirical, as_empirical
 
-__all__ = ["sinkhorn_energy", "partition_function", "interaction_energy", "mobility",
-           "dissipation"]
+__all__ = ["sinkhorn_energy", "partition_function", "interaction_energy", "mobility", "dissipation"]
 
 #: rows per block in the O(n^2) interaction sums (memory O(block * n))
 _BLOCK_ROWS = 1024
@@ -37,6 +36,7 @@ _BLOCK_ROWS = 1024
 # --------------------------------------------------------------------------------------------
 # small helpers
 # --------------------------------------------------------------------------------------------
+
 
 def _softmin(C, g, w, eps):
     r"""Sinkhorn update :math:`f_i = -\varepsilon\log\sum_j w_j e^{(g_j - C_{ij})/\varepsilon}` in cost units.
@@ -54,12 +54,16 @@ def _softmin(C, g, w, eps):
     if np.abs(Y).max() <= 0.5:
         return -(m + eps * np.log1p(np.expm1(Y) @ w))
     return -(m + eps * logsumexp(Y + np.log(w)[None, :], axis=1))
+
+
 # --------------------------------------------------------------------------------------------
 # entropic self-transport (Sinkhorn) energy
 # --------------------------------------------------------------------------------------------
 
-def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 1e-12,
-                    max_iter: int = 100_000) -> float:
+
+def sinkhorn_energy(
+    mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 1e-12, max_iter: int = 100_000
+) -> float:
     r"""Entropic self-transport energy :math:`F(\mu) = \frac12\mathrm{OT}_\varepsilon(\mu,\mu)`.
 
     .. math::
@@ -112,17 +116,30 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
     with np.errstate(over="ignore", invalid="ignore"):
         finite = np.isfinite((C - shift) / eps).all()
     if not finite:
-        raise RuntimeError(f"entropic self-transport: the scores <Ax, y> / eps are not finite "
-                           f"(eps={eps:g} too small, or the scores overflow)")
+        raise RuntimeError(
+            f"entropic self-transport: the scores <Ax, y> / eps are not finite "
+            f"(eps={eps:g} too small, or the scores overflow)"
+        )
     import ot  # POT, imported on first use (import tpde_lib stays light)
 
-    plan, log = ot.sinkhorn(w, w, C - shift, eps, method="sinkhorn_log", stopThr=tol,
-                            numItermax=int(max_iter), log=True, warn=False)
+    plan, log = ot.sinkhorn(
+        w,
+        w,
+        C - shift,
+        eps,
+        method="sinkhorn_log",
+        stopThr=tol,
+        numItermax=int(max_iter),
+        log=True,
+        warn=False,
+    )
     err = float(log.get("err", [np.inf])[-1]) if log.get("err") else np.inf
     if not err <= tol:
-        raise RuntimeError(f"entropic self-transport did not converge: marginal violation "
-                           f"{err:.3g} > tol={tol:g} after {max_iter} iterations "
-                           f"(eps={eps:g} too small for these scores?)")
+        raise RuntimeError(
+            f"entropic self-transport did not converge: marginal violation "
+            f"{err:.3g} > tol={tol:g} after {max_iter} iterations "
+            f"(eps={eps:g} too small for these scores?)"
+        )
     # Potentials in cost units, polished by stable Sinkhorn updates (_softmin): then
     # eps * log(plan / w w^T) = f_i + g_j - C_ij, so eps KL = sum plan (f + g - C) carries no
     # round-off multiplied by eps and F = (<plan, C> + eps KL) / 2 is accurate at any eps.
@@ -140,15 +157,16 @@ def sinkhorn_energy(mu: Empirical, A: ArrayLike, eps: float = 1.0, tol: float = 
     for _ in range(2):
         f = _softmin(Cs, g, w, eps)
         g = _softmin(Cs.T, f, w, eps)
-    log_ratio = (f[:, None] + g[None, :] - Cs) / eps          # log(plan / w w^T)
+    log_ratio = (f[:, None] + g[None, :] - Cs) / eps  # log(plan / w w^T)
     plan = np.outer(w, w) * np.exp(log_ratio)
-    kl = float(np.sum(plan * log_ratio))   # eps * kl: relative accuracy kept at any eps
+    kl = float(np.sum(plan * log_ratio))  # eps * kl: relative accuracy kept at any eps
     return 0.5 * (float(np.sum(plan * C)) + eps * kl)
 
 
 # --------------------------------------------------------------------------------------------
 # interaction energy of unnormalised attention, partition function
 # --------------------------------------------------------------------------------------------
+
 
 def _block_lse(mu, A):
     """Row log-sum-exps LSE_j(L_ij + log w_j) for every token (blocked over rows), shape (n,)."""
@@ -168,11 +186,14 @@ def _block_lse(mu, A):
             if np.isposinf(L).any() or np.isnan(L).any():
                 raise FloatingPointError(
                     "the scores <A x_i, x_j> exceed the float range (|A| |x|^2 > 1.8e308), so "
-                    "log Z and log E do too: rescale the tokens or A")
+                    "log Z and log E do too: rescale the tokens or A"
+                )
             out[sl] = logsumexp(L + logw[None, :], axis=1)
     if not np.isfinite(out).all():
-        raise FloatingPointError("log Z_mu(x_i) is below -1.8e308 (every score of some token "
-                                 "is -inf in float64): rescale the tokens or A")
+        raise FloatingPointError(
+            "log Z_mu(x_i) is below -1.8e308 (every score of some token "
+            "is -inf in float64): rescale the tokens or A"
+        )
     return out
 
 
@@ -245,14 +266,16 @@ def interaction_energy(mu: Empirical, A: ArrayLike, log: bool = False) -> float:
     if log:
         return log_e
     if log_e > np.log(np.finfo(float).max):
-        raise FloatingPointError(f"interaction_energy = exp({log_e:.4g}) overflows the float "
-                                 "range: use log=True")
+        raise FloatingPointError(
+            f"interaction_energy = exp({log_e:.4g}) overflows the float range: use log=True"
+        )
     return float(np.exp(log_e))
 
 
 # --------------------------------------------------------------------------------------------
 # mobility, dissipation, the metrics
 # --------------------------------------------------------------------------------------------
+
 
 def mobility(att: Attention, t: float = 0.0) -> NDArray[np.float64]:
     r"""Mobility :math:`P` of :math:`\Gamma = -P\nabla\frac{\delta\mathcal E}{\delta\mu}`: ``att.mobility(t)``
@@ -286,13 +309,16 @@ def mobility(att: Attention, t: float = 0.0) -> NDArray[np.float64]:
         The variant has no mobility.
     """
     if not isinstance(att, Attention):
-        raise TypeError(f"att must be an Attention (e.g. tp.Softmax(A, V)), got "
-                        f"{type(att).__name__}")
+        raise TypeError(f"att must be an Attention (e.g. tp.Softmax(A, V)), got {type(att).__name__}")
     return att.mobility(as_finite("t", t))
 
 
-def dissipation(mu: Empirical, velocity: ArrayLike, mobility_matrix: ArrayLike | None = None,
-                factor: ArrayLike | None = None) -> float:
+def dissipation(
+    mu: Empirical,
+    velocity: ArrayLike,
+    mobility_matrix: ArrayLike | None = None,
+    factor: ArrayLike | None = None,
+) -> float:
     r"""Dissipation :math:`\int \rho\,\langle\Gamma, P^{-1}\Gamma\rangle\,\mathrm d\mu` of a velocity field.
 
     For a gradient flow :math:`\Gamma = -\rho^{-1}P\nabla\frac{\delta\mathcal E}{\delta\mu}`,
@@ -324,7 +350,3 @@ def dissipation(mu: Empirical, velocity: ArrayLike, mobility_matrix: ArrayLike |
         PiG = np.linalg.solve(P, G.T).T
     rho = np.ones(mu.n) if factor is None else as_float_array("factor", factor, shape=(mu.n,))
     return float(np.sum(mu.weights * rho * np.sum(G * PiG, axis=1)))
-
-
-
-

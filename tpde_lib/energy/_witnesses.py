@@ -34,13 +34,20 @@ if TYPE_CHECKING:
     from ..attention import Attention
 
 __all__ = [
-    "velocity_jacobian", "symmetry_defect", "configuration_gradient", "frobenius_gradient",
-    "energy_along_geodesic", "second_differences", "search_geodesic_convexity", "ConvexitySearch",
+    "velocity_jacobian",
+    "symmetry_defect",
+    "configuration_gradient",
+    "frobenius_gradient",
+    "energy_along_geodesic",
+    "second_differences",
+    "search_geodesic_convexity",
+    "ConvexitySearch",
 ]
 
 
-def configuration_gradient(fun: Callable[[Empirical], float], mu: Empirical,
-                           step: float = 1e-5) -> NDArray[np.float64]:
+def configuration_gradient(
+    fun: Callable[[Empirical], float], mu: Empirical, step: float = 1e-5
+) -> NDArray[np.float64]:
     r"""Central-difference gradient of :math:`\Phi(X) = ` ``fun(mu.with_points(X))``, shape (n, d).
 
     :math:`\partial_{x_{ia}}\Phi \approx (\Phi(X + he_{ia}) - \Phi(X - he_{ia}))/2h`, error
@@ -69,13 +76,15 @@ def configuration_gradient(fun: Callable[[Empirical], float], mu: Empirical,
         e = np.zeros(X.size)
         e[k] = step
         e = e.reshape(X.shape)
-        grad[k] = (_value("fun", fun(mu.with_points(X + e)))
-                   - _value("fun", fun(mu.with_points(X - e)))) / (2.0 * step)
+        grad[k] = (_value("fun", fun(mu.with_points(X + e))) - _value("fun", fun(mu.with_points(X - e)))) / (
+            2.0 * step
+        )
     return grad.reshape(X.shape)
 
 
-def frobenius_gradient(fun: Callable[[NDArray[np.float64]], float], cov: ArrayLike,
-                       step: float = 1e-5) -> NDArray[np.float64]:
+def frobenius_gradient(
+    fun: Callable[[NDArray[np.float64]], float], cov: ArrayLike, step: float = 1e-5
+) -> NDArray[np.float64]:
     r"""Central-difference gradient of a function of a symmetric matrix, shape (d, d), symmetric.
 
     The gradient for the Frobenius product on symmetric matrices,
@@ -106,13 +115,15 @@ def frobenius_gradient(fun: Callable[[NDArray[np.float64]], float], cov: ArrayLi
             E = np.zeros((d, d))
             E[i, j] += 0.5
             E[j, i] += 0.5
-            grad[i, j] = grad[j, i] = (_value("fun", fun(S + step * E))
-                                       - _value("fun", fun(S - step * E))) / (2.0 * step)
+            grad[i, j] = grad[j, i] = (
+                _value("fun", fun(S + step * E)) - _value("fun", fun(S - step * E))
+            ) / (2.0 * step)
     return grad
 
 
 def _attention_class():
     from ..attention import Attention
+
     return Attention
 
 
@@ -121,8 +132,15 @@ def _value(name, value):
     return float(checked_result(name, value, shape=()))
 
 
-def energy_along_geodesic(energy: Callable[..., float], g0: Gaussian, g1: Gaussian, s: ArrayLike,
-                          P: ArrayLike | None = None, *, name: str = "energy") -> NDArray[np.float64]:
+def energy_along_geodesic(
+    energy: Callable[..., float],
+    g0: Gaussian,
+    g1: Gaussian,
+    s: ArrayLike,
+    P: ArrayLike | None = None,
+    *,
+    name: str = "energy",
+) -> NDArray[np.float64]:
     r"""Energy :math:`\mathcal E(\mathcal N(\alpha_s,\Sigma_s))` along a (twisted) Bures–Wasserstein geodesic.
 
     Parameters
@@ -144,8 +162,7 @@ def energy_along_geodesic(energy: Callable[..., float], g0: Gaussian, g1: Gaussi
     ndarray, shape (k,)
     """
     if not callable(energy):
-        raise TypeError(f"{name} must be a callable (mean, cov) -> float, got "
-                        f"{type(energy).__name__}")
+        raise TypeError(f"{name} must be a callable (mean, cov) -> float, got {type(energy).__name__}")
     if P is None:
         means, covs = bures_wasserstein_geodesic(g0, g1, s)
     else:
@@ -169,8 +186,9 @@ def second_differences(values: ArrayLike, s: ArrayLike) -> NDArray[np.float64]:
     return np.diff(v, 2) / ds[0] ** 2
 
 
-def velocity_jacobian(att: Attention, mu: Empirical, step: float = 1e-4,
-                      t: float = 0.0) -> NDArray[np.float64]:
+def velocity_jacobian(
+    att: Attention, mu: Empirical, step: float = 1e-4, t: float = 0.0
+) -> NDArray[np.float64]:
     r"""Jacobian :math:`J_{(i,a),(j,b)} = \partial\Gamma_a(x_i)/\partial x_{j,b}`, shape (n d, n d).
 
     Central finite differences: :math:`J e_k \approx (\Gamma(X + h e_k) - \Gamma(X - h e_k))/2h`,
@@ -210,8 +228,7 @@ def velocity_jacobian(att: Attention, mu: Empirical, step: float = 1e-4,
     return J
 
 
-def symmetry_defect(J: ArrayLike, weights: ArrayLike,
-                    mobility_matrix: ArrayLike | None = None) -> float:
+def symmetry_defect(J: ArrayLike, weights: ArrayLike, mobility_matrix: ArrayLike | None = None) -> float:
     r"""Relative asymmetry :math:`\|S-S^\top\|_F/\|S\|_F`, :math:`S = (\mathrm{diag}(w)\otimes P^{-1})J`.
 
     If the particles follow a gradient flow :math:`\dot x_i = -w_i^{-1}P\nabla_{x_i}\Phi(X)` (the
@@ -238,8 +255,11 @@ def symmetry_defect(J: ArrayLike, weights: ArrayLike,
     if J.shape[0] != J.shape[1] or J.shape[0] % n:
         raise ValueError(f"J must be square of size n*d with n={n}, got {J.shape}")
     d = J.shape[0] // n
-    Pinv = np.eye(d) if mobility_matrix is None else np.linalg.inv(
-        as_square("mobility_matrix", mobility_matrix, d))
+    Pinv = (
+        np.eye(d)
+        if mobility_matrix is None
+        else np.linalg.inv(as_square("mobility_matrix", mobility_matrix, d))
+    )
     S = np.kron(np.diag(w), Pinv) @ J
     norm = np.linalg.norm(S)
     if norm == 0:
@@ -268,10 +288,13 @@ class ConvexitySearch:
     threshold: float
 
 
-def search_geodesic_convexity(energies: Mapping[str, Callable[..., float]],
-                              pairs: Sequence[tuple[Gaussian, Gaussian]],
-                              P: ArrayLike | None = None, n_points: int = 21,
-                              threshold: float = 1e-6) -> ConvexitySearch:
+def search_geodesic_convexity(
+    energies: Mapping[str, Callable[..., float]],
+    pairs: Sequence[tuple[Gaussian, Gaussian]],
+    P: ArrayLike | None = None,
+    n_points: int = 21,
+    threshold: float = 1e-6,
+) -> ConvexitySearch:
     r"""Look for non-convexity of energies along (twisted) Bures–Wasserstein geodesics.
 
     For each pair :math:`(g_0, g_1)` and each energy, the values along the geodesic at
@@ -295,18 +318,22 @@ def search_geodesic_convexity(energies: Mapping[str, Callable[..., float]],
     ConvexitySearch
     """
     if not isinstance(energies, Mapping) or not energies:
-        raise TypeError(f"energies must be a non-empty mapping name -> callable(mean, cov), got "
-                        f"{type(energies).__name__}")
+        raise TypeError(
+            f"energies must be a non-empty mapping name -> callable(mean, cov), got {type(energies).__name__}"
+        )
     for k, f in energies.items():
         if not callable(f):
-            raise TypeError(f"energies[{k!r}] must be a callable (mean, cov) -> float, got "
-                            f"{type(f).__name__}")
+            raise TypeError(
+                f"energies[{k!r}] must be a callable (mean, cov) -> float, got {type(f).__name__}"
+            )
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence) or not pairs:
-        raise TypeError(f"pairs must be a non-empty sequence of (Gaussian, Gaussian), got "
-                        f"{type(pairs).__name__}")
+        raise TypeError(
+            f"pairs must be a non-empty sequence of (Gaussian, Gaussian), got {type(pairs).__name__}"
+        )
     for i, pair in enumerate(pairs):
-        if not (isinstance(pair, tuple | list) and len(pair) == 2
-                and all(isinstance(g, Gaussian) for g in pair)):
+        if not (
+            isinstance(pair, tuple | list) and len(pair) == 2 and all(isinstance(g, Gaussian) for g in pair)
+        ):
             raise TypeError(f"pairs[{i}] must be a pair (Gaussian, Gaussian), got {pair!r:.60}")
     n_points = as_count("n_points", n_points, 3)
     threshold = as_at_least("threshold", threshold, 0.0)

@@ -56,10 +56,21 @@ from ._defect import affine_defect, gauss_hermite
 from ._solve import GaussianBatch, GaussianTrajectory, simulate_gaussian, simulate_gaussian_batch
 
 __all__ = [
-    "softmax_rhs", "multihead_rhs", "l2_rhs", "sinkhorn_rhs", "linear_rhs", "sinkhorn_gain",
+    "softmax_rhs",
+    "multihead_rhs",
+    "l2_rhs",
+    "sinkhorn_rhs",
+    "linear_rhs",
+    "sinkhorn_gain",
     "covariance_rhs",
-    "GaussianTrajectory", "GaussianBatch", "simulate_gaussian", "simulate_gaussian_batch",
-    "affine_defect", "gauss_hermite",
-    "softmax_identity_V_closed_form", "softmax_blowup_time", "softmax_limit_cov",
+    "GaussianTrajectory",
+    "GaussianBatch",
+    "simulate_gaussian",
+    "simulate_gaussian_batch",
+    "affine_defect",
+    "gauss_hermite",
+    "softmax_identity_V_closed_form",
+    "softmax_blowup_time",
+    "softmax_limit_cov",
     "scalar_closed_form",
 ]

@@ -15,8 +15,7 @@ from .._linalg import psd_sqrt
 
 _ROUNDOFF = 1e-12  # relative level of round-off in eigenvalues
 
-__all__ = ["softmax_blowup_time", "softmax_identity_V_closed_form", "softmax_limit_cov",
-           "scalar_closed_form"]
+__all__ = ["softmax_blowup_time", "softmax_identity_V_closed_form", "softmax_limit_cov", "scalar_closed_form"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -74,8 +73,9 @@ def softmax_blowup_time(cov0: ArrayLike, A: ArrayLike, v: float = 1.0) -> float:
     return float(out) if out.ndim == 0 else out
 
 
-def softmax_identity_V_closed_form(cov0: ArrayLike, A: ArrayLike, times: ArrayLike,
-                                   v: float = 1.0) -> NDArray[np.float64]:
+def softmax_identity_V_closed_form(
+    cov0: ArrayLike, A: ArrayLike, times: ArrayLike, v: float = 1.0
+) -> NDArray[np.float64]:
     r"""Exact covariance of softmax attention with :math:`V = vI`.
 
     Derived in the appendix "Derivations", :eq:`eq-identity-v`.
@@ -113,8 +113,10 @@ def softmax_identity_V_closed_form(cov0: ArrayLike, A: ArrayLike, times: ArrayLi
     R, p, U = _whitened(cov0, A)
     denom = 1.0 - v * times[:, None] * p[None, :]
     if np.any(denom <= 0):
-        raise ValueError(f"times reach the blow-up time t* = {softmax_blowup_time(cov0, A, v):.6g}"
-                         f" (largest time {times.max():.6g})")
+        raise ValueError(
+            f"times reach the blow-up time t* = {softmax_blowup_time(cov0, A, v):.6g}"
+            f" (largest time {times.max():.6g})"
+        )
     RU = R @ U
     out = (RU[None] / denom[:, None, :]) @ RU.T[None]
     return 0.5 * (out + np.swapaxes(out, -1, -2))
@@ -153,8 +155,10 @@ def softmax_limit_cov(cov0: ArrayLike, A: ArrayLike, rank_tol: float = 1e-10) ->
     Ssym = A + np.swapaxes(A, -1, -2)
     ev = np.linalg.eigvalsh(Ssym)
     if np.any(ev[..., -1] > rank_tol * np.maximum(1.0, np.abs(ev).max(axis=-1))):
-        raise ValueError("softmax_limit_cov needs A + A^T negative semi-definite; its largest "
-                         f"eigenvalue is {ev[..., -1].max():.3g} > 0 (the covariance blows up)")
+        raise ValueError(
+            "softmax_limit_cov needs A + A^T negative semi-definite; its largest "
+            f"eigenvalue is {ev[..., -1].max():.3g} > 0 (the covariance blows up)"
+        )
     R, p, U = _whitened(cov0, A)
     P_eig = -p  # eigenvalues of P = -R (A + A^T) R, ascending order reversed
     keep = P_eig <= rank_tol * np.maximum(1.0, P_eig.max(axis=-1, keepdims=True))
@@ -163,8 +167,7 @@ def softmax_limit_cov(cov0: ArrayLike, A: ArrayLike, rank_tol: float = 1e-10) ->
     return 0.5 * (out + np.swapaxes(out, -1, -2))
 
 
-def scalar_closed_form(sigma0: ArrayLike, a: float, v: float,
-                       times: ArrayLike) -> NDArray[np.float64]:
+def scalar_closed_form(sigma0: ArrayLike, a: float, v: float, times: ArrayLike) -> NDArray[np.float64]:
     r"""One-dimensional softmax variance :math:`\sigma_t = \sigma_0/(1 - 2va\sigma_0 t)`.
 
     Derived in the appendix "Derivations", :eq:`eq-scalar`.

@@ -44,8 +44,15 @@ from .._linalg import psd_sqrt
 if TYPE_CHECKING:
     from ..attention import Attention
 
-__all__ = ["softmax_rhs", "multihead_rhs", "l2_rhs", "sinkhorn_rhs", "linear_rhs", "sinkhorn_gain",
-           "covariance_rhs"]
+__all__ = [
+    "softmax_rhs",
+    "multihead_rhs",
+    "l2_rhs",
+    "sinkhorn_rhs",
+    "linear_rhs",
+    "sinkhorn_gain",
+    "covariance_rhs",
+]
 
 
 def _t(X):
@@ -81,8 +88,7 @@ def _kernel_args(d_from, **named):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name} must be a rectangular array of real numbers ({exc})") from exc
         if arr.dtype.kind not in "iuf":
-            raise TypeError(f"{name} must be an array of real numbers (int or float), got dtype "
-                            f"{arr.dtype}")
+            raise TypeError(f"{name} must be an array of real numbers (int or float), got dtype {arr.dtype}")
         out[name] = arr if arr.dtype.kind == "f" else arr.astype(float)
     ref = out[d_from]
     if ref.ndim < 2 or ref.shape[-1] != ref.shape[-2]:
@@ -103,8 +109,9 @@ def _kernel_args(d_from, **named):
     return out.values()
 
 
-def softmax_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
-                cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def softmax_rhs(
+    A: ArrayLike, V: ArrayLike, mean: ArrayLike, cov: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of softmax attention (appendix "Derivations", :eq:`eq-softmax-ode`).
 
     The exponential tilt :math:`e^{\langle Ax,y\rangle}\mathcal N(\alpha,\Sigma)(dy)\propto
@@ -135,8 +142,9 @@ def softmax_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
     return dmean, dcov
 
 
-def multihead_rhs(As: Sequence[ArrayLike], Vs: Sequence[ArrayLike], mean: ArrayLike,
-                  cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def multihead_rhs(
+    As: Sequence[ArrayLike], Vs: Sequence[ArrayLike], mean: ArrayLike, cov: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of multi-head softmax attention (appendix "Derivations", :eq:`eq-multihead-ode`).
 
     The field is the sum of the heads' fields, :math:`\Gamma = \sum_h V_h(\alpha+\Sigma A_h x)`:
@@ -160,14 +168,14 @@ def multihead_rhs(As: Sequence[ArrayLike], Vs: Sequence[ArrayLike], mean: ArrayL
     """
     for name, seq in (("As", As), ("Vs", Vs)):
         if not isinstance(seq, (list, tuple, np.ndarray)):
-            raise TypeError(f"{name} must be a sequence of (d, d) arrays, one per head, got "
-                            f"{type(seq).__name__}")
+            raise TypeError(
+                f"{name} must be a sequence of (d, d) arrays, one per head, got {type(seq).__name__}"
+            )
     if len(As) == len(Vs):
         for h in range(len(As)):
             _kernel_args("cov", cov=cov, **{f"As[{h}]": As[h], f"Vs[{h}]": Vs[h]})
     if len(As) != len(Vs) or len(As) == 0:
-        raise ValueError(f"As and Vs must be non-empty and of equal length, got {len(As)} and "
-                         f"{len(Vs)}")
+        raise ValueError(f"As and Vs must be non-empty and of equal length, got {len(As)} and {len(Vs)}")
     dmean, dcov = softmax_rhs(As[0], Vs[0], mean, cov)
     for A, V in zip(As[1:], Vs[1:]):
         dm, dc = softmax_rhs(A, V, mean, cov)
@@ -175,8 +183,9 @@ def multihead_rhs(As: Sequence[ArrayLike], Vs: Sequence[ArrayLike], mean: ArrayL
     return dmean, dcov
 
 
-def l2_rhs(Q: ArrayLike, K: ArrayLike, V: ArrayLike, tau: float, mean: ArrayLike,
-           cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def l2_rhs(
+    Q: ArrayLike, K: ArrayLike, V: ArrayLike, tau: float, mean: ArrayLike, cov: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of ℓ² attention with kernel :math:`e^{-|Qx-Ky|^2/\tau}`.
 
     Derived in the appendix "Derivations", :eq:`eq-l2-ode`.
@@ -266,8 +275,9 @@ def sinkhorn_gain(A: ArrayLike, cov: ArrayLike) -> NDArray[np.float64]:
     return 2.0 * (S @ N @ inv_1pD @ S)
 
 
-def sinkhorn_rhs(A: ArrayLike, V: ArrayLike, eps: float, mean: ArrayLike,
-                 cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def sinkhorn_rhs(
+    A: ArrayLike, V: ArrayLike, eps: float, mean: ArrayLike, cov: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of Sinkhorn attention, temperature ε.
 
     Derived in the appendix "Derivations", :eq:`eq-sinkhorn-ode`.
@@ -300,8 +310,9 @@ def sinkhorn_rhs(A: ArrayLike, V: ArrayLike, eps: float, mean: ArrayLike,
     return dmean, dcov
 
 
-def linear_rhs(A: ArrayLike, V: ArrayLike, mean: ArrayLike,
-               cov: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def linear_rhs(
+    A: ArrayLike, V: ArrayLike, mean: ArrayLike, cov: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Mean/covariance ODE of linear attention (appendix "Derivations", :eq:`eq-linear-ode`).
 
     :math:`\Gamma(x) = \int\langle Ax,y\rangle Vy\,d\mu(y) = V(\Sigma + \alpha\alpha^\top)Ax`, so
@@ -336,6 +347,7 @@ def _attention_class():
     this module (its variants' closures call the right-hand sides above), so a module-level
     import here would be a cycle."""
     from ..attention import Attention
+
     return Attention
 
 
@@ -364,7 +376,7 @@ def _closures(atts):
     except NotImplementedError:
         return None
     if len({cl.key for cl in closures}) != 1:
-        return None     # different variants: solved member by member
+        return None  # different variants: solved member by member
     return closures
 
 
@@ -389,10 +401,10 @@ class BatchRhs:
         self.d = self.atts[0].d
         for a in self.atts:
             if a.causal:
-                a.check_gaussian(np.zeros(a.d), np.eye(a.d))   # raises NotImplementedError
+                a.check_gaussian(np.zeros(a.d), np.eye(a.d))  # raises NotImplementedError
         self.closures = _closures(self.atts)
         if self.closures is None:
-            for a in self.atts:   # surfaces the variant's own NotImplementedError now
+            for a in self.atts:  # surfaces the variant's own NotImplementedError now
                 a.gaussian_rhs(np.zeros(a.d), np.eye(a.d), 0.0)
             self.const = False
             return
@@ -401,8 +413,7 @@ class BatchRhs:
         self._shared = len(self.atts) == 1
         self._idx_key, self._sub = None, None
         if self.const:
-            per_member = [tuple(np.asarray(p, dtype=float) for p in cl.params(0.0))
-                          for cl in self.closures]
+            per_member = [tuple(np.asarray(p, dtype=float) for p in cl.params(0.0)) for cl in self.closures]
             self._stacked = [np.stack(vals) for vals in zip(*per_member)]
 
     @property
@@ -421,8 +432,10 @@ class BatchRhs:
             return self._sub
         tt = np.broadcast_to(np.asarray(t, dtype=float), idx.shape)
         members = idx if len(self.atts) > 1 else np.zeros_like(idx)
-        per_member = [tuple(np.asarray(p, dtype=float) for p in self.closures[b].params(float(tb)))
-                      for b, tb in zip(members, tt)]
+        per_member = [
+            tuple(np.asarray(p, dtype=float) for p in self.closures[b].params(float(tb)))
+            for b, tb in zip(members, tt)
+        ]
         return [np.stack(vals) for vals in zip(*per_member)]
 
     def __call__(self, t, mean, cov, idx):

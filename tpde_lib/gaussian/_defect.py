@@ -57,27 +57,30 @@ def gauss_hermite(g: Gaussian, nodes_per_dim: int | None = None) -> Empirical:
     d = g.d
     if nodes_per_dim is None:
         if d not in _NODES:
-            raise ValueError(f"d = {d} > 4: pass nodes_per_dim (the grid has nodes_per_dim**d "
-                             f"points, at most {_MAX_POINTS})")
+            raise ValueError(
+                f"d = {d} > 4: pass nodes_per_dim (the grid has nodes_per_dim**d "
+                f"points, at most {_MAX_POINTS})"
+            )
         nodes_per_dim = _NODES[d]
     if isinstance(nodes_per_dim, (bool, np.bool_)) or not isinstance(nodes_per_dim, (int, np.integer)):
         raise TypeError(f"nodes_per_dim must be an int, got {nodes_per_dim!r}")
     if nodes_per_dim < 4:
-        raise ValueError(f"nodes_per_dim must be >= 4 (a coarser grid cannot tell an affine field "
-                         f"from a curved one), got {nodes_per_dim}")
-    if nodes_per_dim ** d > _MAX_POINTS:
-        raise ValueError(f"nodes_per_dim**d = {nodes_per_dim ** d} exceeds {_MAX_POINTS} points")
+        raise ValueError(
+            f"nodes_per_dim must be >= 4 (a coarser grid cannot tell an affine field "
+            f"from a curved one), got {nodes_per_dim}"
+        )
+    if nodes_per_dim**d > _MAX_POINTS:
+        raise ValueError(f"nodes_per_dim**d = {nodes_per_dim**d} exceeds {_MAX_POINTS} points")
     z, w = hermegauss(int(nodes_per_dim))
     grids = np.meshgrid(*([z] * d), indexing="ij")
-    Z = np.stack([G.ravel() for G in grids], axis=1)                      # (N, d)
+    Z = np.stack([G.ravel() for G in grids], axis=1)  # (N, d)
     W = np.prod(np.stack(np.meshgrid(*([w] * d), indexing="ij")).reshape(d, -1), axis=0)
     keep = W > 0
     points = g.mean + Z[keep] @ psd_sqrt(g.cov)
     return Empirical(points, W[keep] / W[keep].sum())
 
 
-def affine_defect(att: Attention, g: Gaussian, t: float = 0.0,
-                  nodes_per_dim: int | None = None) -> float:
+def affine_defect(att: Attention, g: Gaussian, t: float = 0.0, nodes_per_dim: int | None = None) -> float:
     r"""Relative distance of the field of a Gaussian from its best affine fit.
 
     .. math::
@@ -121,8 +124,7 @@ def affine_defect(att: Attention, g: Gaussian, t: float = 0.0,
     """
     check_attention(att)
     if att.causal:
-        raise ValueError("affine_defect needs a non-causal attention (a Gaussian has no "
-                         "positions)")
+        raise ValueError("affine_defect needs a non-causal attention (a Gaussian has no positions)")
     t = float(as_float_array("t", t, ndim=0))
     if not isinstance(g, Gaussian):
         raise TypeError(f"g must be a tpde_lib Gaussian, got {type(g).__name__}")
@@ -130,14 +132,14 @@ def affine_defect(att: Attention, g: Gaussian, t: float = 0.0,
         raise ValueError(f"g has dimension {g.d} but att acts on dimension d={att.d}")
     mu = gauss_hermite(g, nodes_per_dim)
     field = att.velocity(mu, t)
-    field = field / max(np.abs(field).max(), np.finfo(float).tiny)   # the defect is scale-free
+    field = field / max(np.abs(field).max(), np.finfo(float).tiny)  # the defect is scale-free
     X = np.hstack([mu.points, np.ones((mu.n, 1))])
     sw = np.sqrt(mu.weights)[:, None]
     coef, *_ = np.linalg.lstsq(X * sw, field * sw, rcond=None)
     resid = field - X @ coef
     centred = field - mu.weights @ field
-    num = float(np.sqrt(mu.weights @ (resid ** 2).sum(axis=1)))
-    den = float(np.sqrt(mu.weights @ (centred ** 2).sum(axis=1)))
+    num = float(np.sqrt(mu.weights @ (resid**2).sum(axis=1)))
+    den = float(np.sqrt(mu.weights @ (centred**2).sum(axis=1)))
     # a field constant up to round-off (relative 1e-12 of its size, which is 1 after the
     # scaling above) is affine: its defect is 0, not a ratio of two round-off errors
     return 0.0 if den <= 1e-12 else min(1.0, num / den)

@@ -155,13 +155,13 @@ def _check_result(res, batch):
             raise TypeError(f"{name}.{field} must be a float ndarray, got {type(v).__name__}")
     T = res.times.shape[0] if res.times.ndim == 1 else -1
     lead = (res.mean.shape[0],) if batch else ()
-    if res.times.ndim != 1 or res.mean.shape[len(lead):len(lead) + 1] != (T,):
-        raise ValueError(f"{name}: times (T,) and mean {lead + (T, 'd')} do not match: "
-                         f"{res.times.shape}, {res.mean.shape}")
+    if res.times.ndim != 1 or res.mean.shape[len(lead) : len(lead) + 1] != (T,):
+        raise ValueError(
+            f"{name}: times (T,) and mean {lead + (T, 'd')} do not match: {res.times.shape}, {res.mean.shape}"
+        )
     d = res.mean.shape[-1]
     if res.cov.shape != res.mean.shape + (d,):
-        raise ValueError(f"{name}: cov must have shape {res.mean.shape + (d,)}, got "
-                         f"{res.cov.shape}")
+        raise ValueError(f"{name}: cov must have shape {res.mean.shape + (d,)}, got {res.cov.shape}")
     allowed = _BATCH_STATUSES if batch else _STATUSES
     statuses = np.atleast_1d(np.asarray(res.status, dtype=object))
     bad = [s for s in statuses if s not in allowed]
@@ -177,7 +177,6 @@ def _psd_clip(S):
     return (U * np.clip(lam, 0, None)) @ U.T
 
 
-
 def _checked_pair(name, res, d, lead=()):
     """``res`` as ``(dmean, dcov)`` of shapes ``lead + (d,)``, ``lead + (d, d)``, real.
 
@@ -187,15 +186,17 @@ def _checked_pair(name, res, d, lead=()):
     if not isinstance(res, (tuple, list)) or len(res) != 2:
         raise TypeError(f"{name} must return a pair (dmean, dcov), got {type(res).__name__}")
     out = []
-    for what, value, shape in (("mean derivative", res[0], lead + (d,)),
-                               ("covariance derivative", res[1], lead + (d, d))):
+    for what, value, shape in (
+        ("mean derivative", res[0], lead + (d,)),
+        ("covariance derivative", res[1], lead + (d, d)),
+    ):
         arr = np.asarray(value)
         if arr.dtype.kind not in "fiu":
-            raise TypeError(f"{name} returned a {what} of dtype {arr.dtype}, expected real "
-                            f"numbers of shape {shape}")
+            raise TypeError(
+                f"{name} returned a {what} of dtype {arr.dtype}, expected real numbers of shape {shape}"
+            )
         if arr.shape != shape:
-            raise ValueError(f"{name} returned a {what} of shape {arr.shape}, expected "
-                             f"{shape}")
+            raise ValueError(f"{name} returned a {what} of shape {arr.shape}, expected {shape}")
         out.append(arr)
     return out[0], out[1]
 
@@ -212,6 +213,7 @@ def _evaluator(rhs):
 
         def batched(t, mean, cov, idx):
             return _checked_pair(name, rhs(t, mean, cov, idx), d, (idx.size,))
+
         return batched, name
 
     def loop(t, mean, cov, idx):
@@ -226,25 +228,31 @@ def _evaluator(rhs):
                     continue
                 dm[i], dc[i] = _checked_pair(f"{att.name}.gaussian_rhs", res, d)
         return dm, dc
+
     return loop, f"{rhs.atts[0].name}.gaussian_rhs"
 
 
 def _not_finite_at_start(name, t0, member=""):
-    return ValueError(f"{name} returned non-finite values (NaN or inf) at the initial state"
-                      f"{member}, t={t0:g}: expected finite derivatives (an overflow of its "
-                      "formula with these parameters, or a NaN it produces)")
+    return ValueError(
+        f"{name} returned non-finite values (NaN or inf) at the initial state"
+        f"{member}, t={t0:g}: expected finite derivatives (an overflow of its "
+        "formula with these parameters, or a NaN it produces)"
+    )
 
 
 def _as_max_step(max_step):
     """``max_step``: a finite positive float or ``np.inf`` (NaN, 0, negatives rejected)."""
-    if (isinstance(max_step, (float, np.floating)) and max_step == np.inf):
+    if isinstance(max_step, (float, np.floating)) and max_step == np.inf:
         return np.inf
     return as_positive("max_step", max_step)
 
 
 def _as_max_steps(max_steps):
-    if (isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, (int, np.integer))
-            or max_steps < 1):
+    if (
+        isinstance(max_steps, (bool, np.bool_))
+        or not isinstance(max_steps, (int, np.integer))
+        or max_steps < 1
+    ):
         raise TypeError(f"max_steps must be a positive int, got {max_steps!r}")
     return int(max_steps)
 
@@ -268,10 +276,17 @@ def _is_blowup(q, dq, t, t0, q_cap):
     return riccati, capped, t + np.where(np.isfinite(rho), rho, 0.0)
 
 
-def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: float = 1e-9,
-                      atol: float = 1e-12, method: str = "DOP853", max_step: float = np.inf,
-                      max_growth: float = _MAX_GROWTH,
-                      max_steps: int = 10_000) -> GaussianTrajectory:
+def simulate_gaussian(
+    att: Attention,
+    g0: Gaussian,
+    times: ArrayLike,
+    rtol: float = 1e-9,
+    atol: float = 1e-12,
+    method: str = "DOP853",
+    max_step: float = np.inf,
+    max_growth: float = _MAX_GROWTH,
+    max_steps: int = 10_000,
+) -> GaussianTrajectory:
     r"""Integrate the mean/covariance ODE of ``att`` from ``g0`` (appendix "Derivations", :eq:`eq-closure`).
 
     Solves :math:`\alpha' = b + M\alpha`, :math:`\Sigma' = M\Sigma + \Sigma M^\top` (the
@@ -365,6 +380,7 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
                 dm, dc = _checked_pair(name, fn(*vals, y[:d], y[d:].reshape(d, d)), d)
             return np.concatenate([dm, dc.ravel()])
     else:
+
         def f(t, y):
             if not np.isfinite(y).all():
                 return np.full_like(y, np.nan)
@@ -372,15 +388,17 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
             return np.concatenate([dm[0], dc[0].ravel()])
 
     budget = [20 * max_steps]
-    reached = [float(times[0])]     # the last time at which the state was finite
-    bad_at = []                     # times where a finite state gave a non-finite derivative
+    reached = [float(times[0])]  # the last time at which the state was finite
+    bad_at = []  # times where a finite state gave a non-finite derivative
     f_plain = f
 
     def f(t, y):
         budget[0] -= 1
         if budget[0] < 0:
-            raise RuntimeError(f"simulate_gaussian: more than max_steps={max_steps} steps "
-                               f"(t = {t:g}); raise max_steps, or loosen rtol/atol")
+            raise RuntimeError(
+                f"simulate_gaussian: more than max_steps={max_steps} steps "
+                f"(t = {t:g}); raise max_steps, or loosen rtol/atol"
+            )
         out = f_plain(t, y)
         if np.isfinite(out).all():
             reached[0] = max(reached[0], float(t))
@@ -411,16 +429,24 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
             return q / thr - 1.0
 
         event.terminal, event.direction = True, 1.0
-        sol = _solve_ivp(f, (t_start, remaining[-1]), y_start, method=method, t_eval=remaining,
-                        rtol=rtol, atol=atol, events=event, max_step=max_step)
+        sol = _solve_ivp(
+            f,
+            (t_start, remaining[-1]),
+            y_start,
+            method=method,
+            t_eval=remaining,
+            rtol=rtol,
+            atol=atol,
+            events=event,
+            max_step=max_step,
+        )
         if sol.status == -1:
             # the step size collapsed: a blow-up faster than the solver can follow is reported
             # as one (remaining-time estimate q/q' below 1e-9 of the window), anything else raises
             t_fail = float(sol.t[-1]) if len(sol.t) else float(t_start)
             y_fail = np.asarray(sol.y)[:, -1] if len(sol.t) else y_start
             dy = f_plain(t_fail, y_fail)
-            q, dq = _growth(y_fail[:d], y_fail[d:].reshape(d, d), dy[:d],
-                            dy[d:].reshape(d, d), use_mean)
+            q, dq = _growth(y_fail[:d], y_fail[d:].reshape(d, d), dy[:d], dy[d:].reshape(d, d), use_mean)
             rho = float(q / dq) if dq > 0 else np.inf
             if rho < 1e-9 * max(times[-1] - times[0], 1e-300):
                 if len(sol.t):
@@ -428,11 +454,16 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
                     t_out.append(np.asarray(sol.t))
                 blowup, status = t_fail + rho, "blowup"
                 break
-            why = (f"{name} returned non-finite values at finite states from t={bad_at[0]:g}"
-                   if bad_at else "the state overflows there")
-            raise RuntimeError(f"simulate_gaussian: integration failed near t={reached[0]:g} "
-                               f"({why}: {sol.message}); max_growth watches tr Sigma only, "
-                               "not the mean")
+            why = (
+                f"{name} returned non-finite values at finite states from t={bad_at[0]:g}"
+                if bad_at
+                else "the state overflows there"
+            )
+            raise RuntimeError(
+                f"simulate_gaussian: integration failed near t={reached[0]:g} "
+                f"({why}: {sol.message}); max_growth watches tr Sigma only, "
+                "not the mean"
+            )
         if len(sol.t):
             out.append(np.asarray(sol.y).T)
             t_out.append(np.asarray(sol.t))
@@ -440,8 +471,7 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
             break
         t_e, y_e = float(sol.t_events[0][0]), sol.y_events[0][0]
         dy = f(t_e, y_e)
-        q, dq = _growth(y_e[:d], y_e[d:].reshape(d, d), dy[:d], dy[d:].reshape(d, d),
-                        use_mean)
+        q, dq = _growth(y_e[:d], y_e[d:].reshape(d, d), dy[:d], dy[d:].reshape(d, d), use_mean)
         riccati, capped, t_star = _is_blowup(q, dq, t_e, times[0], q_cap)
         if riccati or capped:
             blowup = float(t_star)
@@ -455,8 +485,6 @@ def simulate_gaussian(att: Attention, g0: Gaussian, times: ArrayLike, rtol: floa
     cov = Y[:, d:].reshape(-1, d, d)
     cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
     return GaussianTrajectory(tt, Y[:, :d].copy(), cov, blowup, status)
-
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,8 +502,9 @@ class _BlowupRule:
 
     def __call__(self, idx, t, y, dy):
         d = self.d
-        q, dq = _growth(y[:, :d], y[:, d:].reshape(-1, d, d), dy[:, :d],
-                        dy[:, d:].reshape(-1, d, d), self.use_mean[idx])
+        q, dq = _growth(
+            y[:, :d], y[:, d:].reshape(-1, d, d), dy[:, :d], dy[:, d:].reshape(-1, d, d), self.use_mean[idx]
+        )
         halt = np.zeros(idx.size, dtype=bool)
         cross = q >= self.thr[idx]
         if cross.any():
@@ -490,10 +519,16 @@ class _BlowupRule:
         return halt
 
 
-def simulate_gaussian_batch(att: Attention | Sequence[Attention], cov0: ArrayLike,
-                            times: ArrayLike, mean0: ArrayLike | None = None, rtol: float = 1e-9,
-                            atol: float = 1e-12, max_growth: float = _MAX_GROWTH,
-                            max_steps: int = 200_000) -> GaussianBatch:
+def simulate_gaussian_batch(
+    att: Attention | Sequence[Attention],
+    cov0: ArrayLike,
+    times: ArrayLike,
+    mean0: ArrayLike | None = None,
+    rtol: float = 1e-9,
+    atol: float = 1e-12,
+    max_growth: float = _MAX_GROWTH,
+    max_steps: int = 200_000,
+) -> GaussianBatch:
     r"""Integrate B Gaussian trajectories at once.
 
     Uses :func:`tpde_lib.integrate.solve_batch` (Dormand–Prince 5(4) vectorised over the batch):
@@ -607,10 +642,9 @@ def simulate_gaussian_batch(att: Attention | Sequence[Attention], cov0: ArrayLik
     for b in np.flatnonzero(sol.status == "step_underflow"):
         # as in simulate_gaussian: a blow-up faster than the solver can follow (remaining-time
         # estimate q/q' below 1e-9 of the window) is one; anything else keeps its status
-        yb = sol.y[b, -1]      # the last state reached (frozen there)
-        dy = f(sol.t_end[b:b + 1], yb[None], np.array([b]))[0]
-        q, dq = _growth(yb[:d], yb[d:].reshape(d, d), dy[:d], dy[d:].reshape(d, d),
-                        use_mean[b])
+        yb = sol.y[b, -1]  # the last state reached (frozen there)
+        dy = f(sol.t_end[b : b + 1], yb[None], np.array([b]))[0]
+        q, dq = _growth(yb[:d], yb[d:].reshape(d, d), dy[:d], dy[d:].reshape(d, d), use_mean[b])
         rho = q / dq if dq > 0 else np.inf
         if rho < 1e-9 * window:
             status[b], blowup[b] = "blowup", sol.t_end[b] + rho
@@ -620,13 +654,17 @@ def simulate_gaussian_batch(att: Attention | Sequence[Attention], cov0: ArrayLik
     short = np.flatnonzero(np.isin(status, ("max_steps", "step_underflow")))
     if short.size:
         first = ", ".join(f"{b} ({status[b]}, t={sol.t_end[b]:.6g})" for b in short[:5])
-        warnings.warn(f"simulate_gaussian_batch: {short.size} of {B} members ended before "
-                      f"t={times[-1]:g} without a blow-up: {first}"
-                      f"{', ...' if short.size > 5 else ''}. Their later values are invalid "
-                      "(see .status, .t_end, .valid); raise max_steps, or solve them with "
-                      "simulate_gaussian and a stiff method (method='LSODA' or 'Radau').",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"simulate_gaussian_batch: {short.size} of {B} members ended before "
+            f"t={times[-1]:g} without a blow-up: {first}"
+            f"{', ...' if short.size > 5 else ''}. Their later values are invalid "
+            "(see .status, .t_end, .valid); raise max_steps, or solve them with "
+            "simulate_gaussian and a stiff method (method='LSODA' or 'Radau').",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     cov = sol.y[:, :, d:].reshape(B, times.size, d, d)
     cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
-    return GaussianBatch(times, sol.y[:, :, :d].copy(), cov, blowup, sol.valid,
-                         status.astype(str), sol.t_end.copy())
+    return GaussianBatch(
+        times, sol.y[:, :, :d].copy(), cov, blowup, sol.valid, status.astype(str), sol.t_end.copy()
+    )

@@ -37,8 +37,22 @@ from ._positions import (
 )
 from ._sensitivity import Sensitivity, fit_exponent, prefix_sweep, sensitivity, sink_mass_sweep
 
-__all__ = ["sink_positions", "with_sink", "sink_mass", "position_marginal", "shift_prefix",
-           "sink_attention_share",
-           "prefix_average_matrix", "lp_operator_norm", "hardy_constant",
-           "masked_lipschitz_constant", "masked_stability_constant", "linear_sink_response",
-           "Sensitivity", "sensitivity", "sink_mass_sweep", "prefix_sweep", "fit_exponent"]
+__all__ = [
+    "sink_positions",
+    "with_sink",
+    "sink_mass",
+    "position_marginal",
+    "shift_prefix",
+    "sink_attention_share",
+    "prefix_average_matrix",
+    "lp_operator_norm",
+    "hardy_constant",
+    "masked_lipschitz_constant",
+    "masked_stability_constant",
+    "linear_sink_response",
+    "Sensitivity",
+    "sensitivity",
+    "sink_mass_sweep",
+    "prefix_sweep",
+    "fit_exponent",
+]

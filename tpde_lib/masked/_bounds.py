@@ -23,14 +23,20 @@ from .._checks import (
     as_times,
 )
 
-__all__ = ["prefix_average_matrix", "lp_operator_norm", "hardy_constant",
-           "masked_lipschitz_constant", "masked_stability_constant", "linear_sink_response"]
+__all__ = [
+    "prefix_average_matrix",
+    "lp_operator_norm",
+    "hardy_constant",
+    "masked_lipschitz_constant",
+    "masked_stability_constant",
+    "linear_sink_response",
+]
 
 
 # ---- the prefix average and its norms ------------------------------------------------------
 
-def prefix_average_matrix(weights: ArrayLike,
-                          positions: ArrayLike | None = None) -> NDArray[np.float64]:
+
+def prefix_average_matrix(weights: ArrayLike, positions: ArrayLike | None = None) -> NDArray[np.float64]:
     r"""The prefix average :math:`H_m`, the causal attention of zero scores, as a matrix.
 
     .. math::
@@ -56,13 +62,18 @@ def prefix_average_matrix(weights: ArrayLike,
     w = as_float_array("weights", weights, ndim=1)
     if np.any(w < 0):
         raise ValueError("weights must be non-negative")
-    s = np.arange(w.size, dtype=float) if positions is None else \
-        as_float_array("positions", positions, shape=(w.size,))
-    seen = s[None, :] <= s[:, None]                      # (i, j): key j visible from query i
+    s = (
+        np.arange(w.size, dtype=float)
+        if positions is None
+        else as_float_array("positions", positions, shape=(w.size,))
+    )
+    seen = s[None, :] <= s[:, None]  # (i, j): key j visible from query i
     prefix = seen @ w
     if np.any(prefix <= 0):
-        raise ValueError("weights must give every token a positive prefix mass m([0, s_i]) "
-                         "(a positive weight at the smallest position)")
+        raise ValueError(
+            "weights must give every token a positive prefix mass m([0, s_i]) "
+            "(a positive weight at the smallest position)"
+        )
     return seen * w[None, :] / prefix[:, None]
 
 
@@ -134,12 +145,13 @@ def hardy_constant(masses: ArrayLike, p: float) -> float:
 def _as_p(p, choices=None):
     """``p`` as a float: a real number >= 1 or inf (one of ``choices`` when given), not a bool."""
     if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
-        raise TypeError(f"p must be a real number >= 1 or inf (an int or float), got "
-                        f"{type(p).__name__} {p!r:.40}")
+        raise TypeError(
+            f"p must be a real number >= 1 or inf (an int or float), got {type(p).__name__} {p!r:.40}"
+        )
     p = float(p)
     if choices is not None and p not in choices:
         raise ValueError(f"p must be 1, 2 or inf, got {p!r}")
-    if not p >= 1.0:   # also NaN
+    if not p >= 1.0:  # also NaN
         raise ValueError(f"p must be a real number >= 1 or inf, got {p!r}")
     return p
 
@@ -147,23 +159,24 @@ def _as_p(p, choices=None):
 def _finite_constant(name, value, log_value, hint=""):
     """``value`` if finite, else FloatingPointError giving its logarithm (issue: silent inf)."""
     if not np.all(np.isfinite(value)):
-        raise FloatingPointError(f"{name} exceeds the float range (its natural log is "
-                                 f"{np.max(log_value):.6g}){hint}")
+        raise FloatingPointError(
+            f"{name} exceeds the float range (its natural log is {np.max(log_value):.6g}){hint}"
+        )
     return value
 
 
 # ---- explicit constants ----------------------------------------------------------------------
 
+
 def _softmax_constants(A, V, R):
     r"""(L_x, L_mu): :math:`\|V\|\|A\|R^2` and :math:`\|V\|(1 + 2\|A\|R^2)e^{2\|A\|R^2}`."""
     a, v = np.linalg.norm(A, 2), np.linalg.norm(V, 2)
-    L_x = v * a * R ** 2
-    L_mu = v * (1.0 + 2.0 * a * R ** 2) * np.exp(2.0 * a * R ** 2)
+    L_x = v * a * R**2
+    L_mu = v * (1.0 + 2.0 * a * R**2) * np.exp(2.0 * a * R**2)
     return L_x, L_mu
 
 
-def masked_lipschitz_constant(A: ArrayLike, V: ArrayLike, R: float, sink_mass: float,
-                              p: float = 1) -> float:
+def masked_lipschitz_constant(A: ArrayLike, V: ArrayLike, R: float, sink_mass: float, p: float = 1) -> float:
     r"""Pointwise Lipschitz constant of the masked softmax field in :math:`W_p^{\rm cond}`.
 
     .. math::
@@ -198,20 +211,25 @@ def masked_lipschitz_constant(A: ArrayLike, V: ArrayLike, R: float, sink_mass: f
     p = _as_p(p)
     m = as_sink_mass(sink_mass, allow_zero=p == np.inf)
     a, v = np.linalg.norm(A, 2), np.linalg.norm(V, 2)
-    log_value = (np.log(v) + np.log1p(2.0 * a * R ** 2) + 2.0 * a * R ** 2
-                 - (0.0 if p == np.inf else np.log(m) / p))
+    log_value = (
+        np.log(v) + np.log1p(2.0 * a * R**2) + 2.0 * a * R**2 - (0.0 if p == np.inf else np.log(m) / p)
+    )
     with np.errstate(over="ignore"):
         L_mu = _softmax_constants(A, V, R)[1]
-        _finite_constant("the Lipschitz constant", L_mu if p == np.inf else L_mu / m ** (1.0 / p),
-                         log_value, " (R or A too large)")
+        _finite_constant(
+            "the Lipschitz constant",
+            L_mu if p == np.inf else L_mu / m ** (1.0 / p),
+            log_value,
+            " (R or A too large)",
+        )
     if p == np.inf:
         return float(L_mu)
     return float(L_mu / m ** (1.0 / p))
 
 
-def masked_stability_constant(A: ArrayLike, V: ArrayLike, R0: float, times: ArrayLike,
-                              masses: ArrayLike, p: float,
-                              log: bool = False) -> NDArray[np.float64]:
+def masked_stability_constant(
+    A: ArrayLike, V: ArrayLike, R0: float, times: ArrayLike, masses: ArrayLike, p: float, log: bool = False
+) -> NDArray[np.float64]:
     r"""Stability constant of masked softmax attention in :math:`W_p^{\rm cond}` (``p = inf``: the
     supremum over fibres).
 
@@ -256,9 +274,11 @@ def masked_stability_constant(A: ArrayLike, V: ArrayLike, R0: float, times: Arra
         log_C = np.where(t == 0, 0.0, t * (L_x + kappa * L_mu))
         if not np.all(np.isfinite(log_C)):
             k = int(np.argmax(~np.isfinite(log_C)))
-            raise FloatingPointError(f"log C_p(t) exceeds the float range from times[{k}]="
-                                     f"{t[k]:g} on (the factor exp(2|A| R_t^2) with R_t = R0 "
-                                     "e^{|V| t}): shorten times")
+            raise FloatingPointError(
+                f"log C_p(t) exceeds the float range from times[{k}]="
+                f"{t[k]:g} on (the factor exp(2|A| R_t^2) with R_t = R0 "
+                "e^{|V| t}): shorten times"
+            )
         if log:
             return log_C
         C = np.exp(log_C)
@@ -310,12 +330,15 @@ def linear_sink_response(t: float, sink_mass: float, n_terms: int = 120) -> floa
         terms = np.exp(k * np.log(t) - log_fact) * truncated_exp
         value = np.sum(terms)
     if not np.isfinite(value):
-        raise FloatingPointError(f"linear_sink_response exceeds the float range at t={t:g} "
-                                 f"(it grows like e^t)")
+        raise FloatingPointError(
+            f"linear_sink_response exceeds the float range at t={t:g} (it grows like e^t)"
+        )
     # the terms decrease once n > t + ell; the omitted tail is below the last term times
     # (1 + ...) ~ e^t / (n-1)!, so a last term above 1e-16 of the sum means n_terms is too small
     if n_terms < t + ell + 2 or terms[-1] > 1e-16 * value:
-        raise ValueError(f"n_terms={n_terms} is too small for t={t:g}, ln(1/sink_mass)="
-                         f"{ell:.3g}: the last term is {terms[-1] / value:.2g} of the sum "
-                         "(raise n_terms)")
+        raise ValueError(
+            f"n_terms={n_terms} is too small for t={t:g}, ln(1/sink_mass)="
+            f"{ell:.3g}: the last term is {terms[-1] / value:.2g} of the sum "
+            "(raise n_terms)"
+        )
     return float(value)

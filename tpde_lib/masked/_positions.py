@@ -17,12 +17,19 @@ from .._checks import as_count, as_finite, as_float_array, as_sink_mass, as_squa
 from ..attention import kernel_sums
 from ..measures import Empirical
 
-__all__ = ["sink_positions", "with_sink", "sink_mass", "position_marginal", "shift_prefix",
-           "sink_attention_share"]
+__all__ = [
+    "sink_positions",
+    "with_sink",
+    "sink_mass",
+    "position_marginal",
+    "shift_prefix",
+    "sink_attention_share",
+]
 
 
-def sink_positions(n: int, sink_mass: float,
-                   n_sink: int | None = None) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def sink_positions(
+    n: int, sink_mass: float, n_sink: int | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Positions and weights of ``n`` tokens: an atom of mass ``sink_mass`` at :math:`s = 0`, the
     rest spread evenly over :math:`(0, 1]`.
 
@@ -192,7 +199,7 @@ def sink_attention_share(A: ArrayLike, mu: Empirical) -> NDArray[np.float64]:
     w = mu.weights
     if not np.any((s == 0) & (w > 0)):
         raise ValueError("mu must have a sink: tokens of positive weight at position 0")
-    keep = w > 0                                   # keys of positive mass
+    keep = w > 0  # keys of positive mass
     keys, w_k, s_k = mu.points[keep], w[keep], s[keep]
     # scores <A x_i, x_j> = x_j^T A x_i; numerator (sink keys) and denominator in one pass
     values = np.column_stack([w_k * (s_k == 0), w_k])

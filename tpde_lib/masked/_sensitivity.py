@@ -31,6 +31,7 @@ __all__ = ["Sensitivity", "sensitivity", "sink_mass_sweep", "prefix_sweep", "fit
 
 # ---- measured sensitivity --------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Sensitivity:
     """Result of :func:`sensitivity`.
@@ -75,14 +76,22 @@ def _both_distances(mu, nu, ps):
     cond, sup = [], []
     for q in ps:
         _, masses, dist = fibre_distances(mu, nu, q)
-        cond.append(float(np.sum(masses * dist ** q)) ** (1.0 / q))
+        cond.append(float(np.sum(masses * dist**q)) ** (1.0 / q))
         sup.append(float(dist[masses > 0].max()))
     return cond, sup
 
 
-def sensitivity(att: Attention, mu: Empirical, nu: Empirical, T: float,
-                p: float | Sequence[float] = 2, n_times: int = 21, method: str = "rk4",
-                h: float | None = None, sup: bool = False) -> Sensitivity:
+def sensitivity(
+    att: Attention,
+    mu: Empirical,
+    nu: Empirical,
+    T: float,
+    p: float | Sequence[float] = 2,
+    n_times: int = 21,
+    method: str = "rk4",
+    h: float | None = None,
+    sup: bool = False,
+) -> Sensitivity:
     r"""Measured stability ratio :math:`W_p^{\rm cond}(\mu_t, \nu_t) / W_p^{\rm cond}(\mu_0, \nu_0)`.
 
     Both measures are simulated with :func:`tpde_lib.particles.simulate` (same attention, same
@@ -121,8 +130,7 @@ def sensitivity(att: Attention, mu: Empirical, nu: Empirical, T: float,
     """
     ps = _as_ps(p)
     sup = as_flag("sup", sup)
-    if isinstance(T, (int, float, np.integer, np.floating)) or (
-            isinstance(T, np.ndarray) and T.ndim == 0):
+    if isinstance(T, (int, float, np.integer, np.floating)) or (isinstance(T, np.ndarray) and T.ndim == 0):
         T = as_positive("T", T)
         n_times = as_count("n_times", n_times, 2)
         times = np.linspace(0.0, T, int(n_times))
@@ -158,9 +166,19 @@ def _stack(results, sup):
     return np.stack(results, axis=-1)
 
 
-def sink_mass_sweep(att: Attention, points: ArrayLike, sink_masses: ArrayLike, shift: float,
-                    T: float, n_sink: int, p: float | Sequence[float] = (1, 2), n_times: int = 2,
-                    method: str = "rk4", h: float | None = None, sup: bool = False):
+def sink_mass_sweep(
+    att: Attention,
+    points: ArrayLike,
+    sink_masses: ArrayLike,
+    shift: float,
+    T: float,
+    n_sink: int,
+    p: float | Sequence[float] = (1, 2),
+    n_times: int = 2,
+    method: str = "rk4",
+    h: float | None = None,
+    sup: bool = False,
+):
     r"""Sensitivity to a shift of the sink fibre, as the sink's mass :math:`m(\{0\})` varies.
 
     For each mass the same tokens ``points`` get the positions and weights of
@@ -197,17 +215,26 @@ def sink_mass_sweep(att: Attention, points: ArrayLike, sink_masses: ArrayLike, s
     T = as_positive("T", T)
     n_sink = as_count("n_sink", n_sink)
     out = []
-    for m in masses:   # one pair of simulations per mass (the tokens are vectorised inside)
+    for m in masses:  # one pair of simulations per mass (the tokens are vectorised inside)
         mu = with_sink(points, m, n_sink)
-        res = sensitivity(att, mu, shift_prefix(mu, shift), T, p=p, n_times=n_times,
-                          method=method, h=h, sup=sup)
+        res = sensitivity(
+            att, mu, shift_prefix(mu, shift), T, p=p, n_times=n_times, method=method, h=h, sup=sup
+        )
         out.append(_final_ratios(res, sup))
     return _stack(out, sup)
 
 
-def prefix_sweep(att: Attention, mu: Empirical, s_max_values: ArrayLike, shift: float, T: float,
-                 p: float | Sequence[float] = (1, 2), method: str = "rk4", h: float | None = None,
-                 sup: bool = False):
+def prefix_sweep(
+    att: Attention,
+    mu: Empirical,
+    s_max_values: ArrayLike,
+    shift: float,
+    T: float,
+    p: float | Sequence[float] = (1, 2),
+    method: str = "rk4",
+    h: float | None = None,
+    sup: bool = False,
+):
     r"""Sensitivity to a shift of the prefix :math:`[0, s_{\max}]`, as :math:`s_{\max}` varies.
 
     :math:`\nu_0` is :math:`\mu_0` with its tokens at :math:`s \le s_{\max}` translated by
@@ -244,8 +271,7 @@ def prefix_sweep(att: Attention, mu: Empirical, s_max_values: ArrayLike, shift: 
         cond0, sup0 = _both_distances(mu, nu, ps)
         if min(cond0) <= 0:
             raise ValueError(f"s_max = {value!r} moves no token of positive weight")
-        condT, supT = _both_distances(end_mu, simulate(att, nu, [0.0, T], method=method,
-                                                       h=h).measure(1), ps)
+        condT, supT = _both_distances(end_mu, simulate(att, nu, [0.0, T], method=method, h=h).measure(1), ps)
         ratio, sup_ratio = np.divide(condT, cond0), np.divide(supT, sup0)
         if np.ndim(p) == 0:
             ratio, sup_ratio = ratio[0], sup_ratio[0]
@@ -273,4 +299,3 @@ def fit_exponent(x: ArrayLike, y: ArrayLike) -> tuple[float, float]:
     """
     fit = fit_rate(x, y)
     return fit.slope, fit.prefactor
-

@@ -33,9 +33,14 @@ from ._samplers import sunflower, uniform_disk
 from ._step_order import StepOrder, step_order
 
 __all__ = [
-    "uniform_disk", "sunflower",
-    "AffineFlow", "gaussian_affine_flow",
-    "coupling_distance", "moment_errors",
-    "RateFit", "fit_rate",
-    "StepOrder", "step_order",
+    "uniform_disk",
+    "sunflower",
+    "AffineFlow",
+    "gaussian_affine_flow",
+    "coupling_distance",
+    "moment_errors",
+    "RateFit",
+    "fit_rate",
+    "StepOrder",
+    "step_order",
 ]

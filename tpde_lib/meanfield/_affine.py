@@ -55,8 +55,9 @@ class AffineFlow:
         return self.times.size
 
 
-def gaussian_affine_flow(affine: Callable[..., Any], g0: Gaussian, times: ArrayLike,
-                         rtol: float = 1e-11, atol: float = 1e-13) -> AffineFlow:
+def gaussian_affine_flow(
+    affine: Callable[..., Any], g0: Gaussian, times: ArrayLike, rtol: float = 1e-11, atol: float = 1e-13
+) -> AffineFlow:
     r"""Exact flow of the Transformer PDE from a Gaussian when the field of a Gaussian is affine.
 
     If the field of every Gaussian :math:`\mathcal N(\alpha, \Sigma)` is affine,
@@ -106,18 +107,22 @@ def gaussian_affine_flow(affine: Callable[..., Any], g0: Gaussian, times: ArrayL
     times = as_times("times", times)
     rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
     d = g0.d
+
     def call(mean, cov, t):
         """``affine``'s (M, b), checked: a pair, real, shapes (d, d) and (d,)."""
         out = affine(mean, cov, t)
         if not isinstance(out, tuple | list) or len(out) != 2:
-            raise TypeError(f"affine must return a pair (M (d, d), b (d,)), got "
-                            f"{type(out).__name__} {out!r:.60}")
-        M, b = (checked_result("affine", v, shape=s, allow_inf=True, part=k)
-                for k, v, s in (("M", out[0], (d, d)), ("b", out[1], (d,))))
+            raise TypeError(
+                f"affine must return a pair (M (d, d), b (d,)), got {type(out).__name__} {out!r:.60}"
+            )
+        M, b = (
+            checked_result("affine", v, shape=s, allow_inf=True, part=k)
+            for k, v, s in (("M", out[0], (d, d)), ("b", out[1], (d,)))
+        )
         return M, b
 
     M0, b0 = call(g0.mean, g0.cov, float(times[0]))
-    as_float_array("M returned by affine", M0)   # finite at the start
+    as_float_array("M returned by affine", M0)  # finite at the start
     as_float_array("b returned by affine", b0)
     sizes = np.cumsum([d * d, d, d, d * d])
 
@@ -134,11 +139,14 @@ def gaussian_affine_flow(affine: Callable[..., Any], g0: Gaussian, times: ArrayL
         Y = y0[None]
     else:
         with np.errstate(over="ignore", invalid="ignore"):
-            sol = solve_ivp(rhs, (times[0], times[-1]), y0, method="DOP853", t_eval=times,
-                            rtol=rtol, atol=atol)
+            sol = solve_ivp(
+                rhs, (times[0], times[-1]), y0, method="DOP853", t_eval=times, rtol=rtol, atol=atol
+            )
         if sol.status != 0 or not np.all(np.isfinite(sol.y)):
-            raise FloatingPointError(f"gaussian_affine_flow: the solution did not reach "
-                                     f"t={times[-1]:g} (stopped at t={sol.t[-1]:g}: {sol.message})")
+            raise FloatingPointError(
+                f"gaussian_affine_flow: the solution did not reach "
+                f"t={times[-1]:g} (stopped at t={sol.t[-1]:g}: {sol.message})"
+            )
         Y = sol.y.T
     Phi, c, mean, cov = np.split(Y, sizes[:-1], axis=1)
     cov = cov.reshape(-1, d, d)

@@ -53,8 +53,7 @@ def coupling_distance(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = No
     return float(np.sqrt(w @ np.sum((x - y) ** 2, axis=1)))
 
 
-def moment_errors(x: ArrayLike, y: ArrayLike,
-                  weights: ArrayLike | None = None) -> tuple[float, float]:
+def moment_errors(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> tuple[float, float]:
     r"""Distance between the means and between the covariances of two weighted clouds.
 
     Parameters
@@ -112,8 +111,10 @@ class RateFit:
 
     def __str__(self):
         pct = f"{100 * self.level:g}%"
-        return (f"slope {self.slope:.3f} ± {self.stderr:.3f} (s.e.), {pct} CI "
-                f"[{self.ci[0]:.3f}, {self.ci[1]:.3f}], {self.n_points} points")
+        return (
+            f"slope {self.slope:.3f} ± {self.stderr:.3f} (s.e.), {pct} CI "
+            f"[{self.ci[0]:.3f}, {self.ci[1]:.3f}], {self.n_points} points"
+        )
 
 
 def fit_rate(x: ArrayLike, y: ArrayLike, level: float = 0.95) -> RateFit:
@@ -172,11 +173,10 @@ def fit_rate(x: ArrayLike, y: ArrayLike, level: float = 0.95) -> RateFit:
     dof = u.size - 2
     if dof > 0:
         resid = v - intercept - slope * u
-        stderr = float(np.sqrt(np.sum(resid ** 2) / dof / suu))
+        stderr = float(np.sqrt(np.sum(resid**2) / dof / suu))
         from scipy import stats  # imported on first use: import tpde_lib stays light
 
         half = float(stats.t.ppf(0.5 + level / 2, dof)) * stderr
     else:
         stderr = half = np.inf
-    return RateFit(slope, float(np.exp(intercept)), stderr, (slope - half, slope + half), level,
-                   int(u.size))
+    return RateFit(slope, float(np.exp(intercept)), stderr, (slope - half, slope + half), level, int(u.size))

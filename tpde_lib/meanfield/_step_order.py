@@ -46,9 +46,16 @@ class StepOrder:
         return self.fit.slope
 
 
-def step_order(att: Attention, mu0: Empirical, steps: ArrayLike, T: float = 1.0,
-               method: str = "euler", reference_h: float | None = None, norm: str = "rms",
-               reference_rtol: float = 1e-12) -> StepOrder:
+def step_order(
+    att: Attention,
+    mu0: Empirical,
+    steps: ArrayLike,
+    T: float = 1.0,
+    method: str = "euler",
+    reference_h: float | None = None,
+    norm: str = "rms",
+    reference_rtol: float = 1e-12,
+) -> StepOrder:
     r"""Error at time ``T`` of the particle system integrated with each step, and its order.
 
     Runs :func:`~tpde_lib.particles.simulate` with ``method`` and each ``h`` in ``steps`` and
@@ -91,8 +98,9 @@ def step_order(att: Attention, mu0: Empirical, steps: ArrayLike, T: float = 1.0,
         raise TypeError(f"mu0 must be an Empirical measure, got {type(mu0).__name__}")
     times = [0.0, T]
     if reference_h is None:
-        ref = simulate(att, mu0, times, method="adaptive", rtol=reference_rtol,
-                       atol=reference_rtol).points[-1]
+        ref = simulate(att, mu0, times, method="adaptive", rtol=reference_rtol, atol=reference_rtol).points[
+            -1
+        ]
     else:
         ref = simulate(att, mu0, times, method="rk4", h=reference_h).points[-1]
     errors = []

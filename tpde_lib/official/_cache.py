@@ -32,8 +32,15 @@ from ._histograms import (
 )
 from ._runs import run_paper_euler
 
-__all__ = ["HISTOGRAM_CACHE", "PANELS", "CachedPanel", "load_histogram_cache",
-           "write_histogram_cache", "CacheCheck", "check_cached_histogram"]
+__all__ = [
+    "HISTOGRAM_CACHE",
+    "PANELS",
+    "CachedPanel",
+    "load_histogram_cache",
+    "write_histogram_cache",
+    "CacheCheck",
+    "check_cached_histogram",
+]
 
 #: Where the cached protocol results live.
 HISTOGRAM_CACHE = Path(__file__).parent / "data" / "histograms.json"
@@ -48,8 +55,15 @@ def _key(variant, V_kind, d):
 
 def _settings_record(s):
     e = s.euler
-    return {"h": e.h, "tol_low": e.tol_low, "tol_high": e.tol_high, "max_iter": e.max_iter,
-            "n_max": s.n_max, "tol_rank": s.tol_rank, "n_draws": int(s.Q.shape[0])}
+    return {
+        "h": e.h,
+        "tol_low": e.tol_low,
+        "tol_high": e.tol_high,
+        "max_iter": e.max_iter,
+        "n_max": s.n_max,
+        "tol_rank": s.tol_rank,
+        "n_draws": int(s.Q.shape[0]),
+    }
 
 
 @dataclass(frozen=True)
@@ -86,17 +100,23 @@ class CachedPanel(_RankCounts):
     rank_margin: float
 
 
-
 def _panel_record(setting: HistogramSetting, run: HistogramRun) -> dict:
     """The JSON record of one panel: its settings and the :class:`HistogramRun` fields."""
     r = run
-    return {"settings": _settings_record(setting),
-            "draw_init": r.draw_init.tolist(), "euler_rank": r.euler_rank.tolist(),
-            "counted": r.counted.tolist(), "n_steps": r.n_steps.tolist(),
-            "eigenvalues": np.linalg.eigvalsh(r.finals).tolist(),
-            "failed_draw": r.failed_draw.tolist(), "failed_init": r.failed_init.tolist(),
-            "failed_steps": r.failed_steps.tolist(), "failed_status": r.failed_status.tolist(),
-            "attempts": r.attempts, "rank_margin": r.rank_margin}
+    return {
+        "settings": _settings_record(setting),
+        "draw_init": r.draw_init.tolist(),
+        "euler_rank": r.euler_rank.tolist(),
+        "counted": r.counted.tolist(),
+        "n_steps": r.n_steps.tolist(),
+        "eigenvalues": np.linalg.eigvalsh(r.finals).tolist(),
+        "failed_draw": r.failed_draw.tolist(),
+        "failed_init": r.failed_init.tolist(),
+        "failed_steps": r.failed_steps.tolist(),
+        "failed_status": r.failed_status.tolist(),
+        "attempts": r.attempts,
+        "rank_margin": r.rank_margin,
+    }
 
 
 def _as_path(path):
@@ -105,9 +125,12 @@ def _as_path(path):
     return Path(path)
 
 
-def write_histogram_cache(path: str | os.PathLike = HISTOGRAM_CACHE,
-                          panels: Sequence[tuple[str, str, int]] = PANELS,
-                          runs: dict | None = None, log: Callable | None = print) -> None:
+def write_histogram_cache(
+    path: str | os.PathLike = HISTOGRAM_CACHE,
+    panels: Sequence[tuple[str, str, int]] = PANELS,
+    runs: dict | None = None,
+    log: Callable | None = print,
+) -> None:
     """Run the full protocol on the ``panels`` missing from the cache (minutes) and write it.
 
     Panels already stored in ``path`` with the code's current settings are kept as they are;
@@ -129,14 +152,17 @@ def write_histogram_cache(path: str | os.PathLike = HISTOGRAM_CACHE,
             r = paper_histogram_ranks(s)
         out[key] = _panel_record(s, r)
         if log is not None:
-            log(f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "
-                f"{r.failures} failures, {r.exceptions} exceptions")
+            log(
+                f"{variant} {V_kind} d={d}: counts {r.counts().tolist()}, "
+                f"{r.failures} failures, {r.exceptions} exceptions"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out) + "\n")   # after each panel: minutes of work each
+        path.write_text(json.dumps(out) + "\n")  # after each panel: minutes of work each
 
 
-def load_histogram_cache(path: str | os.PathLike = HISTOGRAM_CACHE
-                         ) -> dict[tuple[str, str, int], CachedPanel]:
+def load_histogram_cache(
+    path: str | os.PathLike = HISTOGRAM_CACHE,
+) -> dict[tuple[str, str, int], CachedPanel]:
     """The cached panels, ``{(variant, V_kind, d): CachedPanel}``.
 
     Parameters
@@ -166,8 +192,10 @@ def load_histogram_cache(path: str | os.PathLike = HISTOGRAM_CACHE
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if "stale histogram cache" in str(exc):
                 raise
-            raise ValueError(f"path {str(path)!r} is not a valid histogram cache: entry {key!r} "
-                             f"({type(exc).__name__}: {exc})") from None
+            raise ValueError(
+                f"path {str(path)!r} is not a valid histogram cache: entry {key!r} "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
     return out
 
 
@@ -181,17 +209,30 @@ def _cached_panel(key, rec):
     variant, V_kind, d = _panel_key(key)
     want = _settings_record(histogram_setting(variant, V_kind, d))
     if rec["settings"] != want:
-        raise ValueError(f"stale histogram cache for {key}: stored settings {rec['settings']}"
-                         f" differ from the code's {want}; rerun write_histogram_cache()")
-    ints = {f: np.array(rec[f], dtype=int) for f in
-            ("draw_init", "euler_rank", "n_steps", "failed_draw", "failed_init",
-             "failed_steps")}
+        raise ValueError(
+            f"stale histogram cache for {key}: stored settings {rec['settings']}"
+            f" differ from the code's {want}; rerun write_histogram_cache()"
+        )
+    ints = {
+        f: np.array(rec[f], dtype=int)
+        for f in ("draw_init", "euler_rank", "n_steps", "failed_draw", "failed_init", "failed_steps")
+    }
     return CachedPanel(
-        variant, V_kind, d, ints["draw_init"], ints["euler_rank"],
-        np.array(rec["counted"], dtype=bool), ints["n_steps"],
-        np.array(rec["eigenvalues"], dtype=float).reshape(-1, d), ints["failed_draw"],
-        ints["failed_init"], ints["failed_steps"], np.array(rec["failed_status"], dtype=str),
-        int(rec["attempts"]), float(rec["rank_margin"]))
+        variant,
+        V_kind,
+        d,
+        ints["draw_init"],
+        ints["euler_rank"],
+        np.array(rec["counted"], dtype=bool),
+        ints["n_steps"],
+        np.array(rec["eigenvalues"], dtype=float).reshape(-1, d),
+        ints["failed_draw"],
+        ints["failed_init"],
+        ints["failed_steps"],
+        np.array(rec["failed_status"], dtype=str),
+        int(rec["attempts"]),
+        float(rec["rank_margin"]),
+    )
 
 
 @dataclass(frozen=True)
@@ -235,12 +276,16 @@ def _pairing_ok(p):
 
 
 def _indices(name, values, length):
-    return [as_index(f"{name}[{m}]", v, length) for m, v in enumerate(np.atleast_1d(values).tolist())
-            ] if np.size(values) else []
+    return (
+        [as_index(f"{name}[{m}]", v, length) for m, v in enumerate(np.atleast_1d(values).tolist())]
+        if np.size(values)
+        else []
+    )
 
 
-def check_cached_histogram(panel: CachedPanel, draws: Sequence[int] = (),
-                           failed: Sequence[int] = (), chunk: int = 400) -> CacheCheck:
+def check_cached_histogram(
+    panel: CachedPanel, draws: Sequence[int] = (), failed: Sequence[int] = (), chunk: int = 400
+) -> CacheCheck:
     r"""Recompute chosen entries of a cached panel with the code and compare.
 
     Parameters
@@ -271,16 +316,20 @@ def check_cached_histogram(panel: CachedPanel, draws: Sequence[int] = (),
         atts = s.attentions()
         members = np.array([p[0] for p in pairs])
         inits = histogram_inits(s.d, max(p[1] for p in pairs) + 1)[[p[1] for p in pairs]]
-        res = run_paper_euler(lambda idx: covariance_rhs([atts[b] for b in members[idx]]), inits,
-                              s.euler, record_every=10**9, chunk=chunk)
+        res = run_paper_euler(
+            lambda idx: covariance_rhs([atts[b] for b in members[idx]]),
+            inits,
+            s.euler,
+            record_every=10**9,
+            chunk=chunk,
+        )
         lam = np.linalg.eigvalsh(res.last)
         for m, (draw, init) in enumerate(pairs):
             if m < len(draws):
                 want = ("converged", int(panel.n_steps[draws[m]]))
                 rank = int(np.sum(lam[m] > s.tol_rank))
                 if rank != int(panel.euler_rank[draws[m]]):
-                    mismatches.append(f"draw {draw}: rank {rank} != cached "
-                                      f"{panel.euler_rank[draws[m]]}")
+                    mismatches.append(f"draw {draw}: rank {rank} != cached {panel.euler_rank[draws[m]]}")
                 max_diff = max(max_diff, float(np.abs(lam[m] - panel.eigenvalues[draws[m]]).max()))
             else:
                 j = failed[m - len(draws)]

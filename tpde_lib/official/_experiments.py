@@ -71,8 +71,9 @@ class PaperExperiment:
     def _run(self, variant):
         """The settings of one run; ValueError naming ``variant`` if the experiment has none."""
         if not isinstance(variant, str) or variant not in self.runs:
-            raise ValueError(f"variant must be one of {tuple(self.runs)} (the runs of "
-                             f"{self.name}), got {variant!r}")
+            raise ValueError(
+                f"variant must be one of {tuple(self.runs)} (the runs of {self.name}), got {variant!r}"
+            )
         return self.runs[variant]
 
     def parameters(self, variant: str) -> dict:
@@ -97,8 +98,14 @@ class PaperExperiment:
         nu, nc, lim = self.grid
         return init_grid(nu if n_u is None else n_u, nc if n_c is None else n_c, lim)
 
-    def euler(self, variant: str, n_u: int | None = None, n_c: int | None = None,
-              max_iter: int | None = None, record_every: int = 1) -> EulerRun:
+    def euler(
+        self,
+        variant: str,
+        n_u: int | None = None,
+        n_c: int | None = None,
+        max_iter: int | None = None,
+        record_every: int = 1,
+    ) -> EulerRun:
         """The authors' projected Euler runs of one variant on the grid (:func:`run_paper_euler`).
 
         ``n_u``, ``n_c`` (coarser grid) and ``max_iter`` (fewer steps) are budgets; the step
@@ -110,12 +117,24 @@ class PaperExperiment:
         """
         rhs = self.rhs(variant)
         record_every = as_count("record_every", record_every, 1)
-        return run_paper_euler(lambda idx: rhs, self.inits(n_u, n_c), self._run(variant),
-                               record_every=record_every, max_iter=max_iter,
-                               chunk=max(500, record_every))
+        return run_paper_euler(
+            lambda idx: rhs,
+            self.inits(n_u, n_c),
+            self._run(variant),
+            record_every=record_every,
+            max_iter=max_iter,
+            chunk=max(500, record_every),
+        )
 
-    def accurate(self, variant: str, times: ArrayLike, n_u: int | None = None,
-                 n_c: int | None = None, rtol: float = 1e-8, atol: float = 1e-10) -> GaussianBatch:
+    def accurate(
+        self,
+        variant: str,
+        times: ArrayLike,
+        n_u: int | None = None,
+        n_c: int | None = None,
+        rtol: float = 1e-8,
+        atol: float = 1e-10,
+    ) -> GaussianBatch:
         """The same initial conditions integrated accurately (adaptive Dormand–Prince).
 
         :func:`tpde_lib.gaussian.simulate_gaussian_batch` with the attention of
@@ -125,8 +144,9 @@ class PaperExperiment:
         -------
         GaussianBatch
         """
-        return simulate_gaussian_batch(self.attention(variant), self.inits(n_u, n_c), times,
-                                       rtol=rtol, atol=atol)
+        return simulate_gaussian_batch(
+            self.attention(variant), self.inits(n_u, n_c), times, rtol=rtol, atol=atol
+        )
 
 
 def _draw_qk_until(condition):
@@ -192,14 +212,32 @@ def _paper_experiment(name):
         K = -Q
         B = np.random.randn(2, 2)  # noqa: NPY002 (authors' legacy stream)
         V = B @ B.T
-        runs = {"softmax": EulerSettings(0.3, 1e-5), "L2": EulerSettings(0.3, 1e-5),
-                "multihead": EulerSettings(0.3, 1e-5, H=2),
-                "sinkhorn": EulerSettings(0.5, 1e-5)}
-        outputs = {"softmax": "trad_neg_def_V", "L2": "L2_neg_def_V",
-                   "multihead": "MH_neg_def_V", "sinkhorn": "sink_convergence"}
-        return PaperExperiment("E1", "Convergence to zero", 35, Q, K, V, runs, small, outputs,
-                               "start", "cone", "A = -Q^T Q/sqrt(2) is negative definite and V "
-                               "is SPD: every trajectory goes to the apex.")
+        runs = {
+            "softmax": EulerSettings(0.3, 1e-5),
+            "L2": EulerSettings(0.3, 1e-5),
+            "multihead": EulerSettings(0.3, 1e-5, H=2),
+            "sinkhorn": EulerSettings(0.5, 1e-5),
+        }
+        outputs = {
+            "softmax": "trad_neg_def_V",
+            "L2": "L2_neg_def_V",
+            "multihead": "MH_neg_def_V",
+            "sinkhorn": "sink_convergence",
+        }
+        return PaperExperiment(
+            "E1",
+            "Convergence to zero",
+            35,
+            Q,
+            K,
+            V,
+            runs,
+            small,
+            outputs,
+            "start",
+            "cone",
+            "A = -Q^T Q/sqrt(2) is negative definite and V is SPD: every trajectory goes to the apex.",
+        )
     if name in ("E2", "E3"):
         np.random.seed(36)  # noqa: NPY002 (authors' legacy stream)
         q = np.random.randn(1, 2)  # noqa: NPY002 (authors' legacy stream)
@@ -210,14 +248,38 @@ def _paper_experiment(name):
         if name == "E2":
             runs = {"softmax": EulerSettings(0.5, 1e-4), "L2": EulerSettings(0.5, 1e-4)}
             outputs = {"softmax": "trad_rank_1", "L2": "L2_rank_1"}
-            return PaperExperiment("E2", "Convergence to a line", 36, Q, K, V, runs, small,
-                                   outputs, "start", "cone", "A = -q^T q/sqrt(2) has rank one: "
-                                   "the limit is the rank-one projector onto q-perp.", extra)
+            return PaperExperiment(
+                "E2",
+                "Convergence to a line",
+                36,
+                Q,
+                K,
+                V,
+                runs,
+                small,
+                outputs,
+                "start",
+                "cone",
+                "A = -q^T q/sqrt(2) has rank one: the limit is the rank-one projector onto q-perp.",
+                extra,
+            )
         runs = {"multihead": EulerSettings(0.5, 1e-4, H=2)}
-        return PaperExperiment("E3", "Convergence to a plane", 36, Q, K, V, runs, small,
-                               {"multihead": "MH_rank_1"}, "start", "cone",
-                               "With H = 2 and one row in Q, head 2 gets empty slices "
-                               "(A_2 = 0): only head 1 acts, with C_1 = e_1 e_1^T.", extra)
+        return PaperExperiment(
+            "E3",
+            "Convergence to a plane",
+            36,
+            Q,
+            K,
+            V,
+            runs,
+            small,
+            {"multihead": "MH_rank_1"},
+            "start",
+            "cone",
+            "With H = 2 and one row in Q, head 2 gets empty slices "
+            "(A_2 = 0): only head 1 acts, with C_1 = e_1 e_1^T.",
+            extra,
+        )
     if name == "E4":
         np.random.seed(36)  # noqa: NPY002 (authors' legacy stream)
         Q, K = _draw_qk_until(lambda lam: lam[0] * lam[1] < 0)
@@ -225,34 +287,74 @@ def _paper_experiment(name):
         V = np.random.randn(2, 2)  # noqa: NPY002 (authors' legacy stream)
         runs = {"softmax": EulerSettings(0.01, 1e-7), "L2": EulerSettings(0.01, 1e-7)}
         outputs = {"softmax": "trad_mixed_3d", "L2": "L2_mixed_3d"}
-        return PaperExperiment("E4", "Convergence to two lines", 36, Q, K, V, runs,
-                               (20, 20, full), outputs, "final", "cone",
-                               "The released code overwrites the softmax list with the L2 run "
-                               "before plotting: both published files show L2.")
+        return PaperExperiment(
+            "E4",
+            "Convergence to two lines",
+            36,
+            Q,
+            K,
+            V,
+            runs,
+            (20, 20, full),
+            outputs,
+            "final",
+            "cone",
+            "The released code overwrites the softmax list with the L2 run "
+            "before plotting: both published files show L2.",
+        )
     if name == "E5":
         np.random.seed(33)  # noqa: NPY002 (authors' legacy stream)
         Q, K = _draw_qk_until(lambda lam: lam[0] > 0)
-        runs = {"softmax": EulerSettings(0.01, 1e-4, max_iter=100000),
-                "multihead": EulerSettings(0.002, 1e-4, max_iter=100000, H=2),
-                "L2": EulerSettings(0.001, 1e-5, tol_high=1e4),
-                "sinkhorn": EulerSettings(0.01, 1e-5, tol_high=1e4)}
-        outputs = {"softmax": "trad_explosion", "multihead": "MH_explosion",
-                   "L2": "L2_divergence", "sinkhorn": "sink_divergence"}
-        return PaperExperiment("E5", "Blow-up or divergence", 33, Q, K, np.eye(2), runs,
-                               (40, 40, full), outputs, "start", "disk",
-                               "A + A^T is positive definite and V = I: softmax blows up "
-                               "from every initial condition.")
+        runs = {
+            "softmax": EulerSettings(0.01, 1e-4, max_iter=100000),
+            "multihead": EulerSettings(0.002, 1e-4, max_iter=100000, H=2),
+            "L2": EulerSettings(0.001, 1e-5, tol_high=1e4),
+            "sinkhorn": EulerSettings(0.01, 1e-5, tol_high=1e4),
+        }
+        outputs = {
+            "softmax": "trad_explosion",
+            "multihead": "MH_explosion",
+            "L2": "L2_divergence",
+            "sinkhorn": "sink_divergence",
+        }
+        return PaperExperiment(
+            "E5",
+            "Blow-up or divergence",
+            33,
+            Q,
+            K,
+            np.eye(2),
+            runs,
+            (40, 40, full),
+            outputs,
+            "start",
+            "disk",
+            "A + A^T is positive definite and V = I: softmax blows up from every initial condition.",
+        )
     if name == "E6":
         np.random.seed(36)  # noqa: NPY002 (authors' legacy stream)
         Q, K = _draw_qk_until(lambda lam: lam[0] * lam[1] < 0)
         np.random.seed(35)  # noqa: NPY002 (authors' legacy stream)
         np.random.randn(8, 7)  # discarded by the code  # noqa: NPY002 (authors' legacy stream)
         V = np.random.randn(2, 2)  # noqa: NPY002 (authors' legacy stream)
-        runs = {"softmax": EulerSettings(0.003, 1e-4), "L2": EulerSettings(0.002, 1e-4),
-                "multihead": EulerSettings(0.002, 1e-4, H=1)}
+        runs = {
+            "softmax": EulerSettings(0.003, 1e-4),
+            "L2": EulerSettings(0.002, 1e-4),
+            "multihead": EulerSettings(0.002, 1e-4, H=1),
+        }
         outputs = {"softmax": "trad_both_V", "L2": "L2_both", "multihead": "MH_both"}
-        return PaperExperiment("E6", "Convergence and blow-up depending on initial data", 36,
-                               Q, K, V, runs, (30, 30, full), outputs, "start", "disk",
-                               "H is not passed to the multi-head run, so H = 1 and MH_both is "
-                               "softmax with another step size.")
+        return PaperExperiment(
+            "E6",
+            "Convergence and blow-up depending on initial data",
+            36,
+            Q,
+            K,
+            V,
+            runs,
+            (30, 30, full),
+            outputs,
+            "start",
+            "disk",
+            "H is not passed to the multi-head run, so H = 1 and MH_both is softmax with another step size.",
+        )
     raise ValueError(f"name must be one of 'E1', ..., 'E6', got {name!r}")

@@ -30,9 +30,19 @@ from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler
 from ._variants import paper_attention, paper_parameters
 
-__all__ = ["HistogramSetting", "histogram_setting", "histogram_inits", "HistogramRun",
-           "paper_histogram_ranks", "EulerBudgetRun", "histogram_euler_budget",
-           "AccurateLimits", "histogram_accurate", "PairedRanks", "paired_ranks"]
+__all__ = [
+    "HistogramSetting",
+    "histogram_setting",
+    "histogram_inits",
+    "HistogramRun",
+    "paper_histogram_ranks",
+    "EulerBudgetRun",
+    "histogram_euler_budget",
+    "AccurateLimits",
+    "histogram_accurate",
+    "PairedRanks",
+    "paired_ranks",
+]
 
 
 @dataclass(frozen=True)
@@ -147,13 +157,16 @@ def histogram_setting(variant: str, V_kind: str, d: int, n_per_dim: int = 100) -
         V = np.stack([B.T @ B for B in Bs[sel]])
     else:
         V = np.broadcast_to(np.eye(d), (n_per_dim, d, d)).copy()
-    table = {("softmax", "identity"): ((0.09, 0.05, 0.02), 1e-4, 60000, 1000),
-             ("softmax", "random"): ((0.09, 0.06, 0.02), 5e-5, 90000, 10000),
-             ("L2", "identity"): ((0.09, 0.06, 0.02), 1e-4, 60000, 1000),
-             ("L2", "random"): ((0.15, 0.15, 0.15), 5e-5, 50000, 1000)}
+    table = {
+        ("softmax", "identity"): ((0.09, 0.05, 0.02), 1e-4, 60000, 1000),
+        ("softmax", "random"): ((0.09, 0.06, 0.02), 5e-5, 90000, 10000),
+        ("L2", "identity"): ((0.09, 0.06, 0.02), 1e-4, 60000, 1000),
+        ("L2", "random"): ((0.15, 0.15, 0.15), 5e-5, 50000, 1000),
+    }
     steps, tol, max_iter, n_max = table[(variant, V_kind)]
-    return HistogramSetting(variant, V_kind, d, Q, -Q, V,
-                            EulerSettings(steps[j], tol, max_iter=max_iter), n_max)
+    return HistogramSetting(
+        variant, V_kind, d, Q, -Q, V, EulerSettings(steps[j], tol, max_iter=max_iter), n_max
+    )
 
 
 def histogram_inits(d: int, n: int, seed: int = 41) -> np.ndarray:
@@ -200,7 +213,6 @@ def histogram_inits(d: int, n: int, seed: int = 41) -> np.ndarray:
     finally:
         np.random.set_state(state)  # noqa: NPY002 (authors' legacy stream)
     return G @ np.swapaxes(G, -1, -2)
-
 
 
 class _RankCounts:
@@ -305,6 +317,7 @@ def _covariance_only(rhs_fn, P, d):
         def rhs(S):
             X = V @ (S @ A) @ S
             return X + np.swapaxes(X, -1, -2)
+
         return rhs
     if rhs_fn is closures.l2_rhs:
         Q, K, V, tau = P
@@ -317,6 +330,7 @@ def _covariance_only(rhs_fn, P, d):
             W = 0.5 * (W + np.swapaxes(W, -1, -2))
             X = c * (V @ W @ Kt @ Q) @ S
             return X + np.swapaxes(X, -1, -2)
+
         return rhs
     return None
 
@@ -339,14 +353,14 @@ class _Protocol:
         per_draw = [tuple(np.asarray(p, dtype=float) for p in cl.params(0.0)) for cl in closures]
         self.params = [np.stack(vals) for vals in zip(*per_draw)]
         self.table = {}
-        self.first = {}         # draw -> did the first of its runs to finish fail?
-        self.converged = {}     # draw -> initial conditions from which its run converged
+        self.first = {}  # draw -> did the first of its runs to finish fail?
+        self.converged = {}  # draw -> initial conditions from which its run converged
         self.pairs = []
         self.S = np.zeros((0, s.d, s.d))
         self.start = np.zeros(0, dtype=int)
         self.clock = 0
         self.batches = 0
-        self.work = 0           # iterations computed, summed over the runs
+        self.work = 0  # iterations computed, summed over the runs
 
     # -- the sequential walk -------------------------------------------------------------
     def head(self):
@@ -378,8 +392,9 @@ class _Protocol:
         unknown run converges."""
         i, k, f = head
         if f:
-            return [(i, kk) for kk in range(k, min(k + 2 ** min(f, 6), self.n_max))
-                    if (i, kk) not in self.table]
+            return [
+                (i, kk) for kk in range(k, min(k + 2 ** min(f, 6), self.n_max)) if (i, kk) not in self.table
+            ]
         out, j, kk, w = [], i, k, self.width()
         while j < self.n and kk < self.n_max and len(out) < w:
             known = self.table.get((j, kk))
@@ -421,7 +436,8 @@ class _Protocol:
                     raise FloatingPointError(
                         f"paper_histogram_ranks: the rhs is not finite for draw "
                         f"{self.pairs[m][0]} from initial condition {self.pairs[m][1]} at "
-                        f"iteration {clock - self.start[m]}")
+                        f"iteration {clock - self.start[m]}"
+                    )
                 S = _psd_projection_verbatim(S + h * r)
                 trace = S.trace(axis1=1, axis2=2)
                 clock += 1
@@ -482,9 +498,14 @@ class _Protocol:
         return ok, fail, k
 
 
-def paper_histogram_ranks(setting: HistogramSetting, *, max_iter: int | None = None,
-                          n_attempts: int | None = None, n_draws: int | None = None,
-                          window: int | None = None) -> HistogramRun:
+def paper_histogram_ranks(
+    setting: HistogramSetting,
+    *,
+    max_iter: int | None = None,
+    n_attempts: int | None = None,
+    n_draws: int | None = None,
+    window: int | None = None,
+) -> HistogramRun:
     r"""Run the authors' histogram protocol with their projected Euler scheme.
 
     The official ``create_histograms`` goes through attempts ``k = 0, 1, ...`` with parameter
@@ -545,8 +566,7 @@ def paper_histogram_ranks(setting: HistogramSetting, *, max_iter: int | None = N
     >>> run.n_steps.tolist() == cached.n_steps[:3].tolist()
     True
     """
-    s = as_instance("setting", setting, HistogramSetting, "a HistogramSetting "
-                    "(from histogram_setting)")
+    s = as_instance("setting", setting, HistogramSetting, "a HistogramSetting (from histogram_setting)")
     n_all = s.Q.shape[0]
     n = n_all if n_draws is None else as_count("n_draws", n_draws, 1, n_all)
     n_max = s.n_max if n_attempts is None else as_count("n_attempts", n_attempts, 1)
@@ -559,10 +579,21 @@ def paper_histogram_ranks(setting: HistogramSetting, *, max_iter: int | None = N
     rank = np.sum(lam > s.tol_rank, axis=-1)
     margin = float(np.abs(lam - s.tol_rank).min()) if lam.size else np.inf
     ints = lambda rows, c: np.array([row[c] for row in rows], dtype=int)  # noqa: E731
-    return HistogramRun(ints(ok, 0), rank, rank <= (s.d + 1) // 2, ints(ok, 1), finals,
-                        ints(fail, 0), ints(fail, 1), ints(fail, 2),
-                        np.array([row[3] for row in fail], dtype=str), attempts,
-                        prot.batches, prot.work, margin)
+    return HistogramRun(
+        ints(ok, 0),
+        rank,
+        rank <= (s.d + 1) // 2,
+        ints(ok, 1),
+        finals,
+        ints(fail, 0),
+        ints(fail, 1),
+        ints(fail, 2),
+        np.array([row[3] for row in fail], dtype=str),
+        attempts,
+        prot.batches,
+        prot.work,
+        margin,
+    )
 
 
 @dataclass(frozen=True)
@@ -597,17 +628,21 @@ def _draw_inits(setting, n_draws, init_index):
     else:
         raw = np.asarray(init_index)
         if raw.dtype.kind not in "iu" or raw.ndim != 1:
-            raise TypeError(f"init_index must be a 1-D array of integers, got dtype {raw.dtype} "
-                            f"and shape {raw.shape}")
+            raise TypeError(
+                f"init_index must be a 1-D array of integers, got dtype {raw.dtype} and shape {raw.shape}"
+            )
         if raw.size < n or (raw.size and raw.min() < 0):
-            raise ValueError(f"init_index must hold at least n_draws = {n} indices >= 0, got "
-                             f"{raw.size} (min {raw.min() if raw.size else None})")
+            raise ValueError(
+                f"init_index must hold at least n_draws = {n} indices >= 0, got "
+                f"{raw.size} (min {raw.min() if raw.size else None})"
+            )
         idx = raw[:n].astype(int)
     return n, histogram_inits(setting.d, int(idx.max()) + 1)[idx]
 
 
-def histogram_euler_budget(setting: HistogramSetting, max_iter: int, n_draws: int | None = None,
-                           init_index: ArrayLike | None = None) -> EulerBudgetRun:
+def histogram_euler_budget(
+    setting: HistogramSetting, max_iter: int, n_draws: int | None = None, init_index: ArrayLike | None = None
+) -> EulerBudgetRun:
     r"""The authors' Euler runs for a histogram panel, one run per draw, on a budget.
 
     Draw ``i`` is run from initial condition ``init_index[i]`` (default ``i``, the authors'
@@ -621,11 +656,16 @@ def histogram_euler_budget(setting: HistogramSetting, max_iter: int, n_draws: in
     n, inits = _draw_inits(s, n_draws, init_index)
     max_iter = as_count("max_iter", max_iter, 1)
     atts = s.attentions()[:n]
-    res = run_paper_euler(lambda m: covariance_rhs([atts[b] for b in m]), inits, s.euler,
-                          record_every=10**9, chunk=400, max_iter=max_iter)
+    res = run_paper_euler(
+        lambda m: covariance_rhs([atts[b] for b in m]),
+        inits,
+        s.euler,
+        record_every=10**9,
+        chunk=400,
+        max_iter=max_iter,
+    )
     lam = np.linalg.eigvalsh(res.last)
-    return EulerBudgetRun(np.sum(lam > s.tol_rank, axis=-1), res.status, lam[:, 0] < 1e-10,
-                          res.last)
+    return EulerBudgetRun(np.sum(lam > s.tol_rank, axis=-1), res.status, lam[:, 0] < 1e-10, res.last)
 
 
 @dataclass(frozen=True)
@@ -647,9 +687,14 @@ class AccurateLimits:
     ranks: np.ndarray
 
 
-def histogram_accurate(setting: HistogramSetting, horizon: float = 1e3, n_draws: int | None = None,
-                       init_index: ArrayLike | None = None, rtol: float = 1e-6,
-                       atol: float = 1e-9) -> AccurateLimits:
+def histogram_accurate(
+    setting: HistogramSetting,
+    horizon: float = 1e3,
+    n_draws: int | None = None,
+    init_index: ArrayLike | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+) -> AccurateLimits:
     r"""Accurate covariances at time ``horizon`` for the draws of a histogram panel.
 
     Draw ``i`` is integrated from initial condition ``init_index[i]`` (default ``i``) of
@@ -665,11 +710,11 @@ def histogram_accurate(setting: HistogramSetting, horizon: float = 1e3, n_draws:
     n, inits = _draw_inits(s, n_draws, init_index)
     horizon = as_positive("horizon", horizon)
     rtol, atol = as_positive("rtol", rtol), as_positive("atol", atol)
-    batch = simulate_gaussian_batch(s.attentions()[:n], inits, np.array([0.0, horizon]),
-                                    rtol=rtol, atol=atol)
+    batch = simulate_gaussian_batch(s.attentions()[:n], inits, np.array([0.0, horizon]), rtol=rtol, atol=atol)
     cov = batch.cov[:, -1]
-    return AccurateLimits(cov, np.asarray(batch.blowup_time),
-                          np.sum(np.linalg.eigvalsh(cov) > s.tol_rank, axis=-1))
+    return AccurateLimits(
+        cov, np.asarray(batch.blowup_time), np.sum(np.linalg.eigvalsh(cov) > s.tol_rank, axis=-1)
+    )
 
 
 @dataclass(frozen=True)
@@ -703,8 +748,7 @@ class PairedRanks:
     top_ratio: np.ndarray
 
 
-def paired_ranks(euler_eigenvalues: ArrayLike, limits: ArrayLike,
-                 tol_rank: float = 0.1) -> PairedRanks:
+def paired_ranks(euler_eigenvalues: ArrayLike, limits: ArrayLike, tol_rank: float = 0.1) -> PairedRanks:
     r"""Compare, draw by draw, the authors' Euler limits with accurate limits.
 
     Parameters

@@ -68,31 +68,42 @@ def _checked_rhs(r, shape, name="rhs"):
     """The value returned by a reader's ``rhs``: a real float array of ``shape`` (finiteness is
     checked by the caller, on the norm it computes anyway)."""
     if type(r) is np.ndarray and r.dtype == np.float64 and r.shape == shape:
-        return r        # the common case, at no cost
+        return r  # the common case, at no cost
     if isinstance(r, np.ndarray) and r.dtype.kind == "c" or isinstance(r, complex):
-        raise TypeError(f"{name} must return a real array of shape {shape}, got a complex "
-                        f"array (the covariance ODE is real)")
+        raise TypeError(
+            f"{name} must return a real array of shape {shape}, got a complex "
+            f"array (the covariance ODE is real)"
+        )
     try:
         arr = as_float_array(f"{name}(S)", r, allow_empty=True)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{name} must return a real finite array of shape {shape}: {exc}") from None
     if arr.shape != shape:
-        raise ValueError(f"{name} must return an array of shape {shape} (the shape of S), "
-                         f"got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must return an array of shape {shape} (the shape of S), got shape {arr.shape}"
+        )
     return arr
 
 
 def _not_finite(name, norm_r, running, i, h):
     """ValueError naming ``name``, the member and the time at which its rhs was not finite."""
     b = int(np.argmax(running & ~np.isfinite(norm_r)))
-    return ValueError(f"{name} returned a non-finite value (NaN or inf) for member {b} at "
-                      f"iteration {i} (t = {i * h:g}); a covariance ODE of finite S is finite: "
-                      "if S grew large, lower tol_high or h")
+    return ValueError(
+        f"{name} returned a non-finite value (NaN or inf) for member {b} at "
+        f"iteration {i} (t = {i * h:g}); a covariance ODE of finite S is finite: "
+        "if S grew large, lower tol_high or h"
+    )
 
 
-def projected_euler(rhs: Callable[[np.ndarray], np.ndarray], cov0: ArrayLike, h: float,
-                    tol_low: float = 1e-5, tol_high: float = 1e3, max_iter: int = 50000,
-                    record_every: int = 1) -> ProjectedEulerResult:
+def projected_euler(
+    rhs: Callable[[np.ndarray], np.ndarray],
+    cov0: ArrayLike,
+    h: float,
+    tol_low: float = 1e-5,
+    tol_high: float = 1e3,
+    max_iter: int = 50000,
+    record_every: int = 1,
+) -> ProjectedEulerResult:
     r"""The authors' projected explicit Euler scheme for the covariance ODE.
 
     Per iteration, verbatim from the official code (``utils.evolution``), for every member still
@@ -173,8 +184,10 @@ def projected_euler(rhs: Callable[[np.ndarray], np.ndarray], cov0: ArrayLike, h:
             norm_r = np.sqrt((r * r).sum(axis=(1, 2)))
         if not np.isfinite(norm_r[running]).all():
             if np.isfinite(r[running]).all():
-                raise FloatingPointError(f"projected_euler: |rhs(S)| overflows at iteration {i} "
-                                         f"(t = {i * h:g}); lower tol_high or h")
+                raise FloatingPointError(
+                    f"projected_euler: |rhs(S)| overflows at iteration {i} "
+                    f"(t = {i * h:g}); lower tol_high or h"
+                )
             raise _not_finite("rhs", norm_r, running, i, h)
         S_new = _psd_projection_verbatim(S + h * r)
         S = np.where(running[:, None, None], S_new, S)

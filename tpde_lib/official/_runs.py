@@ -65,9 +65,14 @@ class EulerRun:
     last: np.ndarray
 
 
-def run_paper_euler(rhs_for: Callable[[np.ndarray], Callable], cov0: ArrayLike,
-                    settings: EulerSettings, record_every: int = 1, chunk: int = 500,
-                    max_iter: int | None = None) -> EulerRun:
+def run_paper_euler(
+    rhs_for: Callable[[np.ndarray], Callable],
+    cov0: ArrayLike,
+    settings: EulerSettings,
+    record_every: int = 1,
+    chunk: int = 500,
+    max_iter: int | None = None,
+) -> EulerRun:
     r"""The authors' projected Euler scheme, run in chunks on a shrinking batch.
 
     Calls :func:`tpde_lib.official.projected_euler` for ``chunk`` iterations at a time, then
@@ -115,11 +120,16 @@ def run_paper_euler(rhs_for: Callable[[np.ndarray], Callable], cov0: ArrayLike,
         n = min(chunk, total - done)
         rhs = rhs_for(idx)
         if not callable(rhs):
-            raise TypeError(f"rhs_for must return a callable S -> rhs(S), got "
-                            f"{type(rhs).__name__}")
-        res = projected_euler(rhs, S[idx], settings.h, tol_low=settings.tol_low,
-                              tol_high=settings.tol_high, max_iter=n,
-                              record_every=record_every)
+            raise TypeError(f"rhs_for must return a callable S -> rhs(S), got {type(rhs).__name__}")
+        res = projected_euler(
+            rhs,
+            S[idx],
+            settings.h,
+            tol_low=settings.tol_low,
+            tol_high=settings.tol_high,
+            max_iter=n,
+            record_every=record_every,
+        )
         for j, b in enumerate(idx):
             paths[b].append(res.paths[j])
         S[idx] = res.last

@@ -70,10 +70,10 @@ class _Variant:
 VARIANTS = {
     "softmax": _Variant(_softmax_parameters, lambda p: Softmax(p["A"], p["V"])),
     "L2": _Variant(_l2_parameters, lambda p: L2(p["Q"], p["K"], p["V"], tau=p["tau"])),
-    "multihead": _Variant(_multihead_parameters,
-                          lambda p: MultiHead([Softmax(A, C) for A, C in zip(p["As"], p["Vs"])])),
-    "sinkhorn": _Variant(_sinkhorn_parameters,
-                         lambda p: Sinkhorn(p["A"], p["V"], eps=p["eps"])),
+    "multihead": _Variant(
+        _multihead_parameters, lambda p: MultiHead([Softmax(A, C) for A, C in zip(p["As"], p["Vs"])])
+    ),
+    "sinkhorn": _Variant(_sinkhorn_parameters, lambda p: Sinkhorn(p["A"], p["V"], eps=p["eps"])),
 }
 
 
@@ -85,21 +85,19 @@ def _variant(variant):
 
 
 def _validated(Q, K, V, H):
-    as_count("H", H, 1)     # validated for every variant, even those that ignore it
+    as_count("H", H, 1)  # validated for every variant, even those that ignore it
     Q = as_float_array("Q", Q)
     K = as_float_array("K", K)
     V = as_float_array("V", V)
     if Q.shape != K.shape or Q.ndim not in (2, 3):
-        raise ValueError(f"Q and K must have the same shape (k, d) or (n, k, d), got {Q.shape}, "
-                         f"{K.shape}")
+        raise ValueError(f"Q and K must have the same shape (k, d) or (n, k, d), got {Q.shape}, {K.shape}")
     d = Q.shape[-1]
     if V.shape != Q.shape[:-2] + (d, d):
         raise ValueError(f"V must have shape {Q.shape[:-2] + (d, d)}, got {V.shape}")
     return Q, K, V
 
 
-def paper_parameters(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
-                     H: int = 1) -> dict:
+def paper_parameters(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str, H: int = 1) -> dict:
     r"""Our parameters for the official code's ``rhs_<variant>(S, Q, K, V, d, H)``.
 
     Parameters
@@ -128,13 +126,21 @@ def paper_parameters(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
 
 def _draw(params, i):
     """Member ``i`` of every batched array of a parameter dict."""
-    return {key: ([v[i] for v in val] if isinstance(val, list)
-                  else val[i] if isinstance(val, np.ndarray) and val.ndim == 3 else val)
-            for key, val in params.items()}
+    return {
+        key: (
+            [v[i] for v in val]
+            if isinstance(val, list)
+            else val[i]
+            if isinstance(val, np.ndarray) and val.ndim == 3
+            else val
+        )
+        for key, val in params.items()
+    }
 
 
-def paper_attention(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
-                    H: int = 1) -> Attention | list[Attention]:
+def paper_attention(
+    Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str, H: int = 1
+) -> Attention | list[Attention]:
     r"""The attention of the official code's ``rhs_<variant>`` with its scalings.
 
     Parameters
@@ -157,8 +163,9 @@ def paper_attention(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
     return [entry.build(_draw(params, i)) for i in range(Q.shape[0])]
 
 
-def paper_rhs(Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str,
-              H: int = 1) -> Callable[[np.ndarray], np.ndarray]:
+def paper_rhs(
+    Q: ArrayLike, K: ArrayLike, V: ArrayLike, variant: str, H: int = 1
+) -> Callable[[np.ndarray], np.ndarray]:
     r"""The batched covariance right-hand side ``S (B, d, d) -> S'`` of :func:`paper_attention`.
 
     :func:`tpde_lib.gaussian.covariance_rhs` of the attention (the covariance ODEs do not

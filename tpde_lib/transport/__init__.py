@@ -23,8 +23,18 @@ from ._wasserstein import (
     wasserstein,
 )
 
-__all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein", "MARGINAL_TOL",
-           "coupled_wasserstein", "position_quantile_pieces",
-           "fibre_distances", "sup_fibre_distance",
-           "bures_wasserstein_map", "bures_wasserstein_geodesic", "twisted_wasserstein",
-           "twisted_bures_wasserstein", "twisted_bures_wasserstein_geodesic"]
+__all__ = [
+    "wasserstein",
+    "bures_wasserstein",
+    "conditional_wasserstein",
+    "MARGINAL_TOL",
+    "coupled_wasserstein",
+    "position_quantile_pieces",
+    "fibre_distances",
+    "sup_fibre_distance",
+    "bures_wasserstein_map",
+    "bures_wasserstein_geodesic",
+    "twisted_wasserstein",
+    "twisted_bures_wasserstein",
+    "twisted_bures_wasserstein_geodesic",
+]

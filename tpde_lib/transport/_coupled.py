@@ -36,8 +36,10 @@ def _dirac_fibres(mu, name):
     order = np.argsort(mu.positions, kind="stable")
     s = mu.positions[order]
     if np.any(np.diff(s) == 0):
-        raise ValueError(f"{name} must hold one token per position (Dirac fibres): "
-                         "coupled_wasserstein compares value curves, not fibres of several tokens")
+        raise ValueError(
+            f"{name} must hold one token per position (Dirac fibres): "
+            "coupled_wasserstein compares value curves, not fibres of several tokens"
+        )
     return s, mu.weights[order], mu.points[order]
 
 
@@ -67,8 +69,7 @@ def position_quantile_pieces(w_mu, w_nu):
     w_nu = as_float_array("w_nu", w_nu, ndim=1)
     for name, w in (("w_mu", w_mu), ("w_nu", w_nu)):
         if np.any(w < 0) or abs(w.sum() - 1.0) > 1e-9:
-            raise ValueError(f"{name} must hold non-negative masses summing to 1, got sum "
-                             f"{w.sum()!r}")
+            raise ValueError(f"{name} must hold non-negative masses summing to 1, got sum {w.sum()!r}")
     F_mu, F_nu = np.cumsum(w_mu), np.cumsum(w_nu)
     cuts = np.unique(np.concatenate([[0.0], F_mu[:-1], F_nu[:-1], [1.0]]))
     # cumulative sums of equal masses differ by rounding (0.2 vs 0.2 + 4e-17): one cut, not a
@@ -119,11 +120,9 @@ def coupled_wasserstein(mu, nu, p=2.0):
     _, w_mu, x_mu = _dirac_fibres(mu, "mu")
     _, w_nu, x_nu = _dirac_fibres(nu, "nu")
     if x_mu.shape[1] != x_nu.shape[1]:
-        raise ValueError(f"mu and nu must have the same dimension, got {x_mu.shape[1]} and "
-                         f"{x_nu.shape[1]}")
+        raise ValueError(f"mu and nu must have the same dimension, got {x_mu.shape[1]} and {x_nu.shape[1]}")
     if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
-        raise TypeError(f"p must be a real number >= 1 or np.inf, got {type(p).__name__} "
-                        f"{p!r:.40}")
+        raise TypeError(f"p must be a real number >= 1 or np.inf, got {type(p).__name__} {p!r:.40}")
     p = float(p)
     if not p >= 1.0:
         raise ValueError(f"p must be >= 1 (or np.inf), got {p!r}")

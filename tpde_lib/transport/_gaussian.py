@@ -18,8 +18,13 @@ from .._linalg import sym_fn as _sym_fn
 from ..measures import Empirical, Gaussian
 from ._wasserstein import _check_pair, bures_wasserstein, wasserstein
 
-__all__ = ["bures_wasserstein_map", "bures_wasserstein_geodesic", "twisted_wasserstein",
-           "twisted_bures_wasserstein", "twisted_bures_wasserstein_geodesic"]
+__all__ = [
+    "bures_wasserstein_map",
+    "bures_wasserstein_geodesic",
+    "twisted_wasserstein",
+    "twisted_bures_wasserstein",
+    "twisted_bures_wasserstein_geodesic",
+]
 
 
 def _check_gaussian(g, name):
@@ -78,8 +83,9 @@ def bures_wasserstein_map(cov0: ArrayLike, cov1: ArrayLike) -> NDArray[np.float6
     return 0.5 * (T + T.T)
 
 
-def bures_wasserstein_geodesic(g0: Gaussian, g1: Gaussian,
-                               s: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def bures_wasserstein_geodesic(
+    g0: Gaussian, g1: Gaussian, s: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Points of the :math:`W_2` geodesic between two Gaussians (McCann interpolation).
 
     .. math::
@@ -132,8 +138,9 @@ def twisted_wasserstein(mu: Empirical, nu: Empirical, P: ArrayLike, **kwargs) ->
     """
     _check_pair(mu, nu)
     _, T = _mobility_roots(P, mu.d)
-    return wasserstein(Empirical(mu.points @ T, mu.weights), Empirical(nu.points @ T, nu.weights),
-                       p=2, **kwargs)
+    return wasserstein(
+        Empirical(mu.points @ T, mu.weights), Empirical(nu.points @ T, nu.weights), p=2, **kwargs
+    )
 
 
 def twisted_bures_wasserstein(g1: Gaussian, g2: Gaussian, P: ArrayLike) -> float:
@@ -152,12 +159,12 @@ def twisted_bures_wasserstein(g1: Gaussian, g2: Gaussian, P: ArrayLike) -> float
     """
     _check_gaussians(g1, g2, ("g1", "g2"))
     _, T = _mobility_roots(P, g1.d)
-    return bures_wasserstein(Gaussian(T @ g1.mean, T @ g1.cov @ T),
-                             Gaussian(T @ g2.mean, T @ g2.cov @ T))
+    return bures_wasserstein(Gaussian(T @ g1.mean, T @ g1.cov @ T), Gaussian(T @ g2.mean, T @ g2.cov @ T))
 
 
-def twisted_bures_wasserstein_geodesic(g0: Gaussian, g1: Gaussian, P: ArrayLike,
-                                       s: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def twisted_bures_wasserstein_geodesic(
+    g0: Gaussian, g1: Gaussian, P: ArrayLike, s: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Points of the geodesic of the twisted distance :math:`d_P` between two Gaussians.
 
     :math:`x\mapsto P^{-1/2}x` is an isometry from :math:`d_P` to :math:`W_2`, so the
@@ -187,7 +194,8 @@ def twisted_bures_wasserstein_geodesic(g0: Gaussian, g1: Gaussian, P: ArrayLike,
     """
     _check_gaussians(g0, g1)
     R, T = _mobility_roots(P, g0.d)
-    means, covs = bures_wasserstein_geodesic(Gaussian(T @ g0.mean, T @ g0.cov @ T),
-                                             Gaussian(T @ g1.mean, T @ g1.cov @ T), s)
+    means, covs = bures_wasserstein_geodesic(
+        Gaussian(T @ g0.mean, T @ g0.cov @ T), Gaussian(T @ g1.mean, T @ g1.cov @ T), s
+    )
     covs = R @ covs @ R
     return means @ R, 0.5 * (covs + np.swapaxes(covs, 1, 2))

@@ -18,8 +18,13 @@ from .._checks import as_at_least, as_choice, as_count, as_instance, as_seed, un
 from .._linalg import psd_sqrt
 from ..measures import Empirical, Gaussian
 
-__all__ = ["wasserstein", "bures_wasserstein", "conditional_wasserstein", "fibre_distances",
-           "sup_fibre_distance"]
+__all__ = [
+    "wasserstein",
+    "bures_wasserstein",
+    "conditional_wasserstein",
+    "fibre_distances",
+    "sup_fibre_distance",
+]
 
 _METHODS = ("exact", "sliced")
 # network-simplex iteration budget: far above what n, m <= 10^4 needs (POT's default 1e5 is hit
@@ -47,8 +52,7 @@ def _check_pair(mu, nu):
     for name, m in (("mu", mu), ("nu", nu)):
         as_instance(name, m, Empirical, "an Empirical measure")
     if mu.d != nu.d:
-        raise ValueError(f"nu must live in the same dimension as mu: mu has d={mu.d}, "
-                         f"nu has d={nu.d}")
+        raise ValueError(f"nu must live in the same dimension as mu: mu has d={mu.d}, nu has d={nu.d}")
 
 
 def _check_p(p):
@@ -137,9 +141,9 @@ def _sliced_logs(u, v, a, b, p):
     n, m, L = u.shape[0], v.shape[0], u.shape[1]
     ou, ov = np.argsort(u, axis=0), np.argsort(v, axis=0)
     u, v = np.take_along_axis(u, ou, axis=0), np.take_along_axis(v, ov, axis=0)
-    cu, cv = np.cumsum(a[ou], axis=0), np.cumsum(b[ov], axis=0)   # cumulative weights, per column
+    cu, cv = np.cumsum(a[ou], axis=0), np.cumsum(b[ov], axis=0)  # cumulative weights, per column
     q = np.sort(np.concatenate([np.zeros((1, L)), cu, cv]), axis=0)
-    mass = np.diff(q, axis=0)                                     # (n + m, L)
+    mass = np.diff(q, axis=0)  # (n + m, L)
     mid = (0.5 * (q[1:] + q[:-1])).T
     # column-wise searchsorted in one call: shift column l by 2 l (cumulative weights lie in [0, 1 + 1e-9])
     col = np.arange(L)[:, None]
@@ -148,8 +152,8 @@ def _sliced_logs(u, v, a, b, p):
     iv = np.searchsorted((cv.T + 2.0 * col).ravel(), probe).reshape(L, -1) - m * col
     iu, iv = np.clip(iu.T, 0, n - 1), np.clip(iv.T, 0, m - 1)
     gaps = np.abs(np.take_along_axis(u, iu, axis=0) - np.take_along_axis(v, iv, axis=0))
-    gaps = np.where(mass > _QUANTILE_FLOOR, gaps, 0.0)           # round-off slivers carry no mass
-    top = gaps.max(axis=0)                                        # (L,)
+    gaps = np.where(mass > _QUANTILE_FLOOR, gaps, 0.0)  # round-off slivers carry no mass
+    top = gaps.max(axis=0)  # (L,)
     logs = np.full(L, -np.inf)
     keep = top > 0
     with np.errstate(under="ignore"):
@@ -171,16 +175,21 @@ def _sliced(x, y, a, b, p, theta):
     xs, ys = x / scale, y / scale
     L = theta.shape[1]
     chunk = max(1, _BLOCK_ENTRIES // (xs.shape[0] + ys.shape[0] + 1))
-    logs = np.concatenate([_sliced_logs(xs @ theta[:, k:k + chunk], ys @ theta[:, k:k + chunk], a, b, p)
-                           for k in range(0, L, chunk)])
+    logs = np.concatenate(
+        [
+            _sliced_logs(xs @ theta[:, k : k + chunk], ys @ theta[:, k : k + chunk], a, b, p)
+            for k in range(0, L, chunk)
+        ]
+    )
     peak = logs.max()
     if peak == -np.inf:
         return 0.0
     return float(scale * np.exp((peak + np.log(np.sum(np.exp(logs - peak)) / L)) / p))
 
 
-def wasserstein(mu: Empirical, nu: Empirical, p: float = 2, method: str = "exact",
-                n_projections: int = 200, seed: int = 0) -> float:
+def wasserstein(
+    mu: Empirical, nu: Empirical, p: float = 2, method: str = "exact", n_projections: int = 200, seed: int = 0
+) -> float:
     r"""Wasserstein distance :math:`W_p(\mu, \nu)` between two empirical measures (not raised to p).
 
     .. math::
@@ -316,8 +325,10 @@ def bures_wasserstein(g1: Gaussian, g2: Gaussian) -> float:
         raise ValueError(f"g2 must have the same dimension as g1: g1 has d={g1.d}, g2 has d={g2.d}")
     # W_2 is 1-homogeneous: compute it for the Gaussians scaled by a power of two s (means / s,
     # covariances / s^2, both exact) so that squares of 1e200 or 1e-200 neither overflow nor vanish
-    big = max(float(np.abs(np.concatenate([g1.mean, g2.mean])).max()),
-              float(np.sqrt(max(np.abs(g1.cov).max(), np.abs(g2.cov).max()))))
+    big = max(
+        float(np.abs(np.concatenate([g1.mean, g2.mean])).max()),
+        float(np.sqrt(max(np.abs(g1.cov).max(), np.abs(g2.cov).max()))),
+    )
     s = unit_scale(np.array(big))
     m1, m2, c1, c2 = g1.mean / s, g2.mean / s, (g1.cov / s) / s, (g2.cov / s) / s
     root1 = psd_sqrt(c1)
@@ -331,8 +342,10 @@ def bures_wasserstein(g1: Gaussian, g2: Gaussian) -> float:
 def _fibres(m, name):
     """Unique positions of ``m`` (sorted), the fibre index of each token, the fibre masses."""
     if m.positions is None:
-        raise ValueError(f"{name} must carry positions (Empirical(..., positions=...)) for the "
-                         "conditional Wasserstein distance")
+        raise ValueError(
+            f"{name} must carry positions (Empirical(..., positions=...)) for the "
+            "conditional Wasserstein distance"
+        )
     s, idx = np.unique(m.positions, return_inverse=True)
     return s, idx, np.bincount(idx, weights=m.weights, minlength=s.size)
 
@@ -352,19 +365,23 @@ def _fibre_wp(mu, nu, p):
     s_nu, idx_nu, m_nu = _fibres(nu, "nu")
     if s_mu.shape != s_nu.shape or np.any(s_mu != s_nu):
         extra = np.setxor1d(s_mu, s_nu)
-        raise ValueError("mu and nu must have the same position marginal: positions "
-                         f"{extra[:5].tolist()} carry mass in only one of them")
+        raise ValueError(
+            "mu and nu must have the same position marginal: positions "
+            f"{extra[:5].tolist()} carry mass in only one of them"
+        )
     gap = np.abs(m_mu - m_nu)
     if np.any(gap > MARGINAL_TOL):
         k = int(np.argmax(gap))
-        raise ValueError("mu and nu must have the same position marginal (to 1e-9): at position "
-                         f"s={s_mu[k]:.6g} mu has mass {m_mu[k]:.12g}, nu has {m_nu[k]:.12g}")
+        raise ValueError(
+            "mu and nu must have the same position marginal (to 1e-9): at position "
+            f"s={s_mu[k]:.6g} mu has mass {m_mu[k]:.12g}, nu has {m_nu[k]:.12g}"
+        )
     count_mu = np.bincount(idx_mu, minlength=s_mu.size)
     count_nu = np.bincount(idx_nu, minlength=s_mu.size)
     single = (count_mu == 1) & (count_nu == 1)
     scale = unit_scale(mu.points, nu.points)
     fibre_w = np.zeros(s_mu.size)
-    if np.any(single):      # one token per side: scatter the token of each fibre
+    if np.any(single):  # one token per side: scatter the token of each fibre
         at_mu = np.empty((s_mu.size, mu.d))
         at_nu = np.empty((s_mu.size, mu.d))
         at_mu[idx_mu] = mu.points / scale
@@ -439,8 +456,9 @@ def conditional_wasserstein(mu: Empirical, nu: Empirical, p: float = 2) -> float
     return float(scale * top * total ** (1.0 / p))
 
 
-def fibre_distances(mu: Empirical, nu: Empirical,
-                    p: float = 2) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+def fibre_distances(
+    mu: Empirical, nu: Empirical, p: float = 2
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     r"""The Wasserstein distance :math:`W_p(\mu_s, \nu_s)` of every fibre of two measures with the
     same position marginal.
 

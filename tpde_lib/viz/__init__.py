@@ -18,7 +18,20 @@ from .cone import (
 )
 from .ellipses import draw_ellipse, draw_ellipses, ellipse_points
 
-__all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels",
-           "animate_clouds", "as_paths", "path_colours", "draw_cone", "plot_cone_trajectories",
-           "plot_disk_trajectories", "plot_rank_histograms", "ellipse_points", "draw_ellipse",
-           "draw_ellipses"]
+__all__ = [
+    "plot_cloud",
+    "plot_paths",
+    "initial_angle",
+    "common_limits",
+    "cloud_panels",
+    "animate_clouds",
+    "as_paths",
+    "path_colours",
+    "draw_cone",
+    "plot_cone_trajectories",
+    "plot_disk_trajectories",
+    "plot_rank_histograms",
+    "ellipse_points",
+    "draw_ellipse",
+    "draw_ellipses",
+]

@@ -16,8 +16,7 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
-__all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels",
-           "animate_clouds"]
+__all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels", "animate_clouds"]
 
 
 def _time_index(name: str, k, n_times: int) -> int:
@@ -25,8 +24,9 @@ def _time_index(name: str, k, n_times: int) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"{name} must be an int time index, got {k!r}")
     if not -n_times <= k < n_times:
-        raise ValueError(f"{name} = {k} is out of range for {n_times} times "
-                         f"(valid: {-n_times}..{n_times - 1})")
+        raise ValueError(
+            f"{name} = {k} is out of range for {n_times} times (valid: {-n_times}..{n_times - 1})"
+        )
     return int(k) % n_times
 
 
@@ -36,8 +36,15 @@ def _sizes(weights, base=12.0):
     return base * w * w.size
 
 
-def plot_cloud(ax: Axes, points: ArrayLike, weights: ArrayLike | None = None, c=None,
-               cmap: str = "viridis", base_size: float = 12.0, **scatter_kw) -> PathCollection:
+def plot_cloud(
+    ax: Axes,
+    points: ArrayLike,
+    weights: ArrayLike | None = None,
+    c=None,
+    cmap: str = "viridis",
+    base_size: float = 12.0,
+    **scatter_kw,
+) -> PathCollection:
     """Scatter the tokens on ``ax`` (first two coordinates), marker area ∝ weight.
 
     Parameters
@@ -64,8 +71,15 @@ def plot_cloud(ax: Axes, points: ArrayLike, weights: ArrayLike | None = None, c=
     return ax.scatter(pts[:, 0], pts[:, 1], s=s, c=c, cmap=cmap, **kw)
 
 
-def plot_paths(ax: Axes, traj, upto: int | None = None, colours: ArrayLike | None = None,
-               cmap: str = "viridis", alpha: float = 0.25, lw: float = 0.6) -> LineCollection:
+def plot_paths(
+    ax: Axes,
+    traj,
+    upto: int | None = None,
+    colours: ArrayLike | None = None,
+    cmap: str = "viridis",
+    alpha: float = 0.25,
+    lw: float = 0.6,
+) -> LineCollection:
     """Draw every token's path from ``times[0]`` to ``times[upto]`` (default: the end).
 
     Parameters
@@ -94,7 +108,7 @@ def plot_paths(ax: Axes, traj, upto: int | None = None, colours: ArrayLike | Non
     if colours is None:
         colours = initial_angle(traj)
     cvals = mpl.colormaps[cmap](_normalise(colours))
-    segs = np.transpose(pts, (1, 0, 2))           # (n, T, 2)
+    segs = np.transpose(pts, (1, 0, 2))  # (n, T, 2)
     lc = LineCollection(segs, colors=cvals, alpha=alpha, linewidths=lw, zorder=2)
     ax.add_collection(lc)
     return lc
@@ -117,8 +131,9 @@ def _normalise(c):
     return np.zeros_like(c) if span == 0 else (c - c.min()) / span
 
 
-def common_limits(trajs: Sequence, k: int | None = None, pad: float = 0.08,
-                  quantile: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def common_limits(
+    trajs: Sequence, k: int | None = None, pad: float = 0.08, quantile: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Square axis limits holding every cloud of ``trajs`` (all times, or time index ``k``).
 
     Parameters
@@ -136,8 +151,10 @@ def common_limits(trajs: Sequence, k: int | None = None, pad: float = 0.08,
     lo, hi : ndarray, shape (2,)
         The x and y limits: a square of the same side around the clouds' per-axis median.
     """
-    pts = [t.points[:, :, :2] if k is None
-           else t.points[_time_index("k", k, t.points.shape[0]), :, :2] for t in trajs]
+    pts = [
+        t.points[:, :, :2] if k is None else t.points[_time_index("k", k, t.points.shape[0]), :, :2]
+        for t in trajs
+    ]
     allp = np.concatenate([p.reshape(-1, 2) for p in pts])
     allp = allp[np.all(np.isfinite(allp), axis=1)]
     centre = np.median(allp, axis=0)
@@ -146,10 +163,16 @@ def common_limits(trajs: Sequence, k: int | None = None, pad: float = 0.08,
     return centre - r, centre + r
 
 
-def cloud_panels(fig: Figure, trajs: Mapping[str, object] | Sequence, k: int = -1,
-                 titles: Sequence[str] | None = None, paths: bool = True,
-                 ncols: int | None = None, limits="shared",
-                 colour_by: ArrayLike | None = None) -> list[Axes]:
+def cloud_panels(
+    fig: Figure,
+    trajs: Mapping[str, object] | Sequence,
+    k: int = -1,
+    titles: Sequence[str] | None = None,
+    paths: bool = True,
+    ncols: int | None = None,
+    limits="shared",
+    colour_by: ArrayLike | None = None,
+) -> list[Axes]:
     """One panel per trajectory: the cloud at time index ``k`` over its faint paths.
 
     Parameters
@@ -198,10 +221,14 @@ def cloud_panels(fig: Figure, trajs: Mapping[str, object] | Sequence, k: int = -
     return axes
 
 
-def animate_clouds(trajs: Mapping[str, object] | Sequence,
-                   titles: Sequence[str] | None = None,
-                   figsize: tuple[float, float] = (10, 3), interval: int = 150,
-                   ncols: int | None = None, dpi: float = 72):
+def animate_clouds(
+    trajs: Mapping[str, object] | Sequence,
+    titles: Sequence[str] | None = None,
+    figsize: tuple[float, float] = (10, 3),
+    interval: int = 150,
+    ncols: int | None = None,
+    dpi: float = 72,
+):
     """A playable ``to_jshtml`` animation of the clouds through time (no kernel needed).
 
     Parameters

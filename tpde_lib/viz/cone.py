@@ -23,12 +23,17 @@ from numpy.typing import ArrayLike
 
 from ..psd_cone import to_3d, to_disk
 
-__all__ = ["as_paths", "path_colours", "draw_cone", "plot_cone_trajectories",
-           "plot_disk_trajectories", "plot_rank_histograms"]
+__all__ = [
+    "as_paths",
+    "path_colours",
+    "draw_cone",
+    "plot_cone_trajectories",
+    "plot_disk_trajectories",
+    "plot_rank_histograms",
+]
 
 
-def as_paths(paths: ArrayLike | Sequence[ArrayLike],
-             valid: ArrayLike | None = None) -> list[np.ndarray]:
+def as_paths(paths: ArrayLike | Sequence[ArrayLike], valid: ArrayLike | None = None) -> list[np.ndarray]:
     """A list of (T_i, 2, 2) arrays from a list of paths or a (B, T, 2, 2) array (+ valid mask).
 
     Parameters
@@ -49,8 +54,9 @@ def as_paths(paths: ArrayLike | Sequence[ArrayLike],
     return out
 
 
-def path_colours(paths: Sequence[np.ndarray], by: str | ArrayLike = "start",
-                 cmap: str = "viridis") -> np.ndarray:
+def path_colours(
+    paths: Sequence[np.ndarray], by: str | ArrayLike = "start", cmap: str = "viridis"
+) -> np.ndarray:
     """Colours as in the official plots: by the starting :math:`2c` or by the final trace.
 
     Parameters
@@ -87,12 +93,19 @@ def draw_cone(ax: Axes, scale: float, alpha: float = 0.07, color: str = "k") -> 
     ax.plot_surface(x, y, np.hypot(x, y), alpha=alpha, color=color, linewidth=0)
 
 
-def plot_cone_trajectories(ax: Axes, paths: ArrayLike | Sequence[ArrayLike],
-                           valid: ArrayLike | None = None, colour: str | ArrayLike = "start",
-                           cone: bool = True, rank_one: ArrayLike | None = None,
-                           view: tuple[float, float] = (20, -112), cmap: str = "viridis",
-                           linewidth: float = 1.0, alpha: float = 0.6,
-                           title: str | None = None) -> Axes:
+def plot_cone_trajectories(
+    ax: Axes,
+    paths: ArrayLike | Sequence[ArrayLike],
+    valid: ArrayLike | None = None,
+    colour: str | ArrayLike = "start",
+    cone: bool = True,
+    rank_one: ArrayLike | None = None,
+    view: tuple[float, float] = (20, -112),
+    cmap: str = "viridis",
+    linewidth: float = 1.0,
+    alpha: float = 0.6,
+    title: str | None = None,
+) -> Axes:
     """Covariance trajectories inside the PSD cone (3-D), like the official ``plot_evolution``.
 
     Parameters
@@ -135,10 +148,16 @@ def plot_cone_trajectories(ax: Axes, paths: ArrayLike | Sequence[ArrayLike],
     return ax
 
 
-def plot_disk_trajectories(ax: Axes, paths: ArrayLike | Sequence[ArrayLike],
-                           valid: ArrayLike | None = None, colour: str | ArrayLike = "start",
-                           cmap: str = "viridis", linewidth: float = 1.0, alpha: float = 0.6,
-                           title: str | None = None) -> Axes:
+def plot_disk_trajectories(
+    ax: Axes,
+    paths: ArrayLike | Sequence[ArrayLike],
+    valid: ArrayLike | None = None,
+    colour: str | ArrayLike = "start",
+    cmap: str = "viridis",
+    linewidth: float = 1.0,
+    alpha: float = 0.6,
+    title: str | None = None,
+) -> Axes:
     """Normalised trajectories :math:`\\Sigma/\\operatorname{tr}\\Sigma` in the unit disk.
 
     Like the official ``plot_evolution_2d``: the unit circle (rank one) is drawn in black.
@@ -166,9 +185,14 @@ def plot_disk_trajectories(ax: Axes, paths: ArrayLike | Sequence[ArrayLike],
     return ax
 
 
-def plot_rank_histograms(fig: Figure, ranks: dict, rows: Sequence[str],
-                         dims: Sequence[int] = (3, 4, 5), predicted: dict | None = None,
-                         title: str | None = None) -> np.ndarray:
+def plot_rank_histograms(
+    fig: Figure,
+    ranks: dict,
+    rows: Sequence[str],
+    dims: Sequence[int] = (3, 4, 5),
+    predicted: dict | None = None,
+    title: str | None = None,
+) -> np.ndarray:
     """A grid of rank histograms (rows × dimensions), like the official ``histograms_*.pdf``.
 
     Parameters
@@ -190,12 +214,10 @@ def plot_rank_histograms(fig: Figure, ranks: dict, rows: Sequence[str],
             values = list(ranks.get((row, d), []))
             ax.hist(values, bins=bins, color="tab:blue", rwidth=0.8)
             if not values:
-                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center",
-                        va="center", color="0.5")
+                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="0.5")
             ax.set_xticks(np.arange(0, d + 1))
             if predicted is not None and (row, d) in predicted:
-                ax.plot([predicted[(row, d)]], [0], marker="^", color="tab:red", ms=9,
-                        clip_on=False)
+                ax.plot([predicted[(row, d)]], [0], marker="^", color="tab:red", ms=9, clip_on=False)
             if j == 0:
                 ax.set_ylabel(row, fontsize=9)
             if i == 0:

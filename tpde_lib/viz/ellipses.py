@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 
 __all__ = ["ellipse_points", "draw_ellipse", "draw_ellipses"]
 
-_RTOL = 1e-8   # symmetry and negative eigenvalues tolerated, relative to the largest |entry|
+_RTOL = 1e-8  # symmetry and negative eigenvalues tolerated, relative to the largest |entry|
 
 
 def _check_covs(name: str, covs: ArrayLike, ndim: int) -> np.ndarray:
@@ -42,8 +42,9 @@ def _check_covs(name: str, covs: ArrayLike, ndim: int) -> np.ndarray:
     bad = low < -_RTOL * scale[..., 0, 0]
     if np.any(bad):
         where = "" if ndim == 2 else f" (first at index {int(np.argmax(bad))})"
-        raise ValueError(f"{name} must be positive semi-definite: smallest eigenvalue "
-                         f"{float(low[bad].flat[0]):.3g}{where}")
+        raise ValueError(
+            f"{name} must be positive semi-definite: smallest eigenvalue {float(low[bad].flat[0]):.3g}{where}"
+        )
     return C
 
 
@@ -72,8 +73,9 @@ def _points(m: np.ndarray, C: np.ndarray, n_std: float, n: int) -> np.ndarray:
     return m + n_std * (root @ np.stack([np.cos(theta), np.sin(theta)])).T
 
 
-def ellipse_points(mean: ArrayLike, cov: ArrayLike, n_std: float = 2.0, n: int = 100,
-                   dims: Sequence[int] = (0, 1)) -> np.ndarray:
+def ellipse_points(
+    mean: ArrayLike, cov: ArrayLike, n_std: float = 2.0, n: int = 100, dims: Sequence[int] = (0, 1)
+) -> np.ndarray:
     r"""Boundary points of the ``n_std`` ellipse of :math:`\mathcal N(\alpha, \Sigma)`.
 
     Parameters
@@ -110,8 +112,9 @@ def ellipse_points(mean: ArrayLike, cov: ArrayLike, n_std: float = 2.0, n: int =
     return _points(m[[i, j]], block, _check_positive("n_std", n_std), int(n))
 
 
-def draw_ellipse(ax: Axes, mean: ArrayLike, cov: ArrayLike, n_std: float = 2.0,
-                 dims: Sequence[int] = (0, 1), **kwargs) -> Line2D:
+def draw_ellipse(
+    ax: Axes, mean: ArrayLike, cov: ArrayLike, n_std: float = 2.0, dims: Sequence[int] = (0, 1), **kwargs
+) -> Line2D:
     """Draw one covariance ellipse on ``ax``.
 
     Parameters
@@ -131,10 +134,19 @@ def draw_ellipse(ax: Axes, mean: ArrayLike, cov: ArrayLike, n_std: float = 2.0,
     return line
 
 
-def draw_ellipses(ax: Axes, covs: ArrayLike, means: ArrayLike | None = None,
-                  n_std: float = 2.0, dims: Sequence[int] = (0, 1), n_max: int | None = None,
-                  normalise: bool = False, cmap: str = "viridis", lw: float = 1.5,
-                  alpha: float = 1.0, colors: Sequence | None = None) -> list[Line2D]:
+def draw_ellipses(
+    ax: Axes,
+    covs: ArrayLike,
+    means: ArrayLike | None = None,
+    n_std: float = 2.0,
+    dims: Sequence[int] = (0, 1),
+    n_max: int | None = None,
+    normalise: bool = False,
+    cmap: str = "viridis",
+    lw: float = 1.5,
+    alpha: float = 1.0,
+    colors: Sequence | None = None,
+) -> list[Line2D]:
     r"""Draw a sequence of covariance ellipses (e.g. a trajectory), coloured in order.
 
     Parameters
@@ -177,8 +189,7 @@ def draw_ellipses(ax: Axes, covs: ArrayLike, means: ArrayLike | None = None,
     else:
         M = np.asarray(means, dtype=float)
         if M.shape not in {(d,), (T, d)} or not np.all(np.isfinite(M)):
-            raise ValueError(f"means must be finite, of shape ({T}, {d}) or ({d},), got "
-                             f"shape {M.shape}")
+            raise ValueError(f"means must be finite, of shape ({T}, {d}) or ({d},), got shape {M.shape}")
         M = np.broadcast_to(M, (T, d))
     i, j = _check_dims(dims, d)
     n_std = _check_positive("n_std", n_std)
@@ -192,15 +203,16 @@ def draw_ellipses(ax: Axes, covs: ArrayLike, means: ArrayLike | None = None,
     if normalise:
         tr = np.trace(C[idx], axis1=1, axis2=2)
         if np.any(tr <= 0):
-            raise ValueError("covs must have a positive trace to be drawn with normalise=True "
-                             f"(index {int(idx[np.argmax(tr <= 0)])} has {tr[tr <= 0][0]:.3g})")
+            raise ValueError(
+                "covs must have a positive trace to be drawn with normalise=True "
+                f"(index {int(idx[np.argmax(tr <= 0)])} has {tr[tr <= 0][0]:.3g})"
+            )
         blocks = blocks / tr[:, None, None]
     if colors is None:
         colormap = mpl.colormaps[cmap]
         colors = [colormap(k / max(idx.size - 1, 1)) for k in range(idx.size)]
     elif len(colors) != idx.size:
-        raise ValueError(f"colors must hold one colour per ellipse drawn ({idx.size}), got "
-                         f"{len(colors)}")
+        raise ValueError(f"colors must hold one colour per ellipse drawn ({idx.size}), got {len(colors)}")
     lines = []
     for k, t in enumerate(idx):
         pts = _points(M[t, [i, j]], blocks[k], n_std, 100)

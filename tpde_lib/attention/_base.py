@@ -73,6 +73,16 @@ class GaussianClosure:
         leading batch axis (B, ...), ``mean`` is (B, d) and ``cov`` (B, d, d).
     constant : bool
         True when the parameters do not depend on time (they are then stacked once).
+
+    Examples
+    --------
+    Softmax with :math:`A = -I/2`, :math:`V = I` at :math:`\Sigma = I`: :math:`\Sigma' = -\Sigma^2`.
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> c = tp.Softmax(-0.5 * np.eye(2), np.eye(2)).batched_closure()
+    >>> dmean, dcov = c.rhs(*c.params(0.0), np.zeros((1, 2)), np.eye(2)[None])
+    >>> dcov.round(6).tolist()
+    [[[-1.0, 0.0], [0.0, -1.0]]]
     """
 
     key: object

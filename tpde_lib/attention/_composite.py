@@ -222,6 +222,17 @@ class L2(Attention):
         Temperature, > 0.
     causal : bool
         Masked attention.
+
+    Examples
+    --------
+    With :math:`Q = K = V = I` the field is the kernel-weighted average of the tokens:
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    >>> att = tp.L2(np.eye(2), np.eye(2), np.eye(2), tau=2.0)
+    >>> P = np.exp(-((x[:, None] - x[None]) ** 2).sum(-1) / 2.0)
+    >>> bool(np.allclose(att.velocity(x), (P / P.sum(1, keepdims=True)) @ x))
+    True
     """
 
     def __init__(self, Q, K, V, tau=1.0, causal=False):

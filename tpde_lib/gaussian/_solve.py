@@ -80,6 +80,17 @@ class GaussianTrajectory:
         ``blowup_time``) or ``"growth_limit"`` (:math:`q` exceeded ``max_growth`` times its
         initial value without a Riccati signature: integration stopped, ``blowup_time`` is the
         extrapolation :math:`t + q/q'`, a blow-up *estimate*).
+
+    Examples
+    --------
+    Softmax with :math:`A = -I/2`, :math:`V = I`: :math:`\\Sigma' = -\\Sigma^2`, so
+    :math:`\\Sigma_t = I/(1+t)` from :math:`\\Sigma_0 = I`.
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> att = tp.Softmax(-0.5 * np.eye(2), np.eye(2))
+    >>> tr = tp.simulate_gaussian(att, tp.Gaussian([0, 0], np.eye(2)), [0.0, 1.0])
+    >>> round(float(tr.cov[-1, 0, 0]), 6), tr.blowup_time, tr.status
+    (0.5, None, 'ok')
     """
 
     times: np.ndarray
@@ -124,6 +135,18 @@ class GaussianBatch:
     t_end : ndarray, shape (B,)
         The time each member reached (``times[-1]`` for ``"ok"``; the detection time for a
         blow-up, a little before ``blowup_time``).
+
+    Examples
+    --------
+    :math:`\\Sigma' = \\mp\\Sigma^2` from :math:`\\Sigma_0 = I` (softmax, :math:`A = \\mp I/2`,
+    :math:`V = I`): the first member shrinks as :math:`1/(1+t)`, the second blows up at
+    :math:`t^* = 1`; the first finishes all the same.
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> atts = [tp.Softmax(-0.5 * np.eye(2), np.eye(2)), tp.Softmax(0.5 * np.eye(2), np.eye(2))]
+    >>> gb = tp.simulate_gaussian_batch(atts, np.stack([np.eye(2)] * 2), [0.0, 0.5, 2.0])
+    >>> gb.cov[:, 1, 0, 0].round(6).tolist(), gb.blowup_time.round(3).tolist(), gb.status.tolist()
+    ([0.666667, 2.0], [inf, 1.0], ['ok', 'blowup'])
     """
 
     times: np.ndarray

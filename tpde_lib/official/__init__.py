@@ -11,6 +11,17 @@ experiments E1–E6), ``_histograms`` (the rank-histogram protocol), ``_cache`` 
 results of the full histogram protocol and their check). The subpackage builds on
 :mod:`tpde_lib.attention` and :mod:`tpde_lib.gaussian` (the closures, the accurate solvers);
 neither imports it back.
+
+Examples
+--------
+The settings of one panel of the authors' rank histograms, and its committed result:
+
+>>> import tpde_lib as tp
+>>> setting = tp.official.histogram_setting("softmax", "identity", 3)
+>>> setting.variant, setting.V_kind, setting.d
+('softmax', 'identity', 3)
+>>> ("softmax", "identity", 3) in tp.official.load_histogram_cache()
+True
 """
 
 from ._cache import (

@@ -116,6 +116,16 @@ def coupled_wasserstein(mu, nu, p=2.0):
         ``mu`` or ``nu`` not an Empirical measure.
     ValueError
         Positions missing, two tokens at one position, dimensions differ, ``p < 1``.
+
+    Examples
+    --------
+    With equal position marginals it is :math:`W_p^{\mathrm{cond}}`: every value moved by 1.
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> s = np.linspace(0, 1, 4)
+    >>> mu = tp.Empirical(np.zeros((4, 1)), positions=s)
+    >>> float(tp.coupled_wasserstein(mu, tp.Empirical(np.ones((4, 1)), positions=s)))
+    1.0
     """
     _, w_mu, x_mu = _dirac_fibres(mu, "mu")
     _, w_nu, x_nu = _dirac_fibres(nu, "nu")

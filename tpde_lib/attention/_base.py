@@ -233,6 +233,8 @@ class Attention:
         ValueError
             ``mu`` of the wrong dimension; causal attention without ``mu.positions``; a field
             of the wrong shape; ``TPDE_NUM_THREADS`` not a positive integer (large calls).
+        FloatingPointError
+            The field is not finite (e.g. unnormalised attention at large scores).
 
         Notes
         -----
@@ -240,8 +242,6 @@ class Attention:
         engine runs its own threads (:func:`~tpde_lib.set_num_threads`), BLAS's own threads
         restored afterwards: the kernel engine parallelises over row blocks, and BLAS threads
         spinning around its small products slowed a field 1.6 to 2.3 times (benchmarks/NOTES.md).
-        FloatingPointError
-            The field is not finite (e.g. unnormalised attention at large scores).
         """
         mu = as_measure(mu)
         if type(t) is not float or not math.isfinite(t):  # (a finite float: as is)

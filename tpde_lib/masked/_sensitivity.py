@@ -95,7 +95,7 @@ def sensitivity(
     r"""Measured stability ratio :math:`W_p^{\rm cond}(\mu_t, \nu_t) / W_p^{\rm cond}(\mu_0, \nu_0)`.
 
     Both measures are simulated with :func:`tpde_lib.particles.simulate` (same attention, same
-    times, same integrator) and compared fibre by fibre (:func:`fibre_distances`) at every
+    times, same integrator) and compared fibre by fibre (:func:`~tpde_lib.transport.fibre_distances`) at every
     output time: the measured counterpart of :func:`masked_stability_constant`.
 
     Parameters
@@ -115,7 +115,7 @@ def sensitivity(
     method, h
         Passed to ``simulate``.
     sup : bool, default False
-        Also measure the supremum over fibres, :func:`sup_fibre_distance`.
+        Also measure the supremum over fibres, :func:`~tpde_lib.transport.sup_fibre_distance`.
 
     Returns
     -------

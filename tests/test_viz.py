@@ -96,3 +96,35 @@ def test_negative_indices_count_from_the_end():
     fig, _ = new_axes()
     (ax,) = cloud_panels(fig, [tr], k=-1, paths=False)
     assert np.allclose(ax.collections[0].get_offsets(), tr.points[-1])
+
+
+def test_animation_html_needs_nothing_from_another_host():
+    from matplotlib.animation import FuncAnimation
+    from matplotlib.figure import Figure
+
+    from tpde_lib.viz._animation import animation_html
+
+    fig = Figure(figsize=(1, 1), dpi=20)
+    ax = fig.add_subplot()
+    (line,) = ax.plot([0, 1], [0, 1])
+    anim = FuncAnimation(fig, lambda k: line.set_ydata([0, k]), frames=2)
+    plain = anim.to_jshtml()
+    assert "font-awesome" in plain and 'class="fa fa-' in plain  # matplotlib's player as it is
+    html = animation_html(anim)
+    assert "font-awesome" not in html and 'class="fa' not in html
+    assert "http://" not in html and "https://" not in html
+    assert html.count("<button") == plain.count("<button") and "\u25b6" in html
+
+
+def test_animation_html_refuses_an_icon_it_does_not_know(monkeypatch):
+    from matplotlib.animation import FuncAnimation
+    from matplotlib.figure import Figure
+
+    from tpde_lib.viz import _animation
+
+    fig = Figure(figsize=(1, 1), dpi=20)
+    (line,) = fig.add_subplot().plot([0, 1], [0, 1])
+    anim = FuncAnimation(fig, lambda k: line.set_ydata([0, k]), frames=2)
+    monkeypatch.delitem(_animation._ICONS, "pause")
+    with pytest.raises(ValueError, match="unknown player icon 'pause'"):
+        _animation.animation_html(anim)

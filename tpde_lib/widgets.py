@@ -21,6 +21,8 @@ from matplotlib.animation import FuncAnimation
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .viz._animation import animation_html
+
 __all__ = ["explore", "static_twin", "live_panel", "panel_bundle"]
 
 
@@ -193,7 +195,7 @@ def static_twin(
 
     anim = FuncAnimation(fig, frame, frames=len(values), interval=interval, blit=False)
     try:
-        html = anim.to_jshtml(default_mode="loop")
+        html = animation_html(anim, default_mode="loop")
     finally:
         fig.clear()
     return HTML(html)

@@ -16,6 +16,8 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
+from ._animation import animation_html
+
 __all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels", "animate_clouds"]
 
 
@@ -266,7 +268,7 @@ def animate_clouds(
 
     anim = FuncAnimation(fig, frame, frames=len(times), interval=interval, blit=False)
     try:
-        html = anim.to_jshtml(default_mode="loop")
+        html = animation_html(anim, default_mode="loop")
     finally:
         fig.clear()
     return HTML(html)

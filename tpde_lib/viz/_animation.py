@@ -1,0 +1,47 @@
+"""Animations as self-contained HTML: matplotlib's ``to_jshtml`` without its one outside request.
+
+``FuncAnimation.to_jshtml`` writes a player whose buttons are Font Awesome 4 icons, loaded by a
+``<link>`` to a CDN stylesheet: a page that shows the animation then sends a request to another
+host, and offline the buttons are empty. :func:`animation_html` drops that link and writes each
+button as plain text (Unicode arrows), so the player needs nothing but the page.
+"""
+
+from __future__ import annotations
+
+import re
+
+from matplotlib.animation import Animation
+
+__all__ = ["animation_html"]
+
+#: the player's Font Awesome icons -> text that every font has
+_ICONS = {
+    "minus": "\u2212",  # slower
+    "fast-backward": "|\u25c0\u25c0",  # first frame
+    "step-backward": "|\u25c0",  # previous frame
+    "play fa-flip-horizontal": "\u25c0",  # play backwards
+    "pause": "\u275a\u275a",
+    "play": "\u25b6",
+    "step-forward": "\u25b6|",  # next frame
+    "fast-forward": "\u25b6\u25b6|",  # last frame
+    "plus": "+",  # faster
+}
+_LINK = re.compile(r'<link rel="stylesheet"\s+href="[^"]*font-awesome[^"]*">\s*')
+_ICON = re.compile(r'<i class="fa fa-([a-z -]+?)"></i>')
+
+
+def animation_html(anim: Animation, **kwargs) -> str:
+    """``anim.to_jshtml(**kwargs)`` with no stylesheet from another host and text buttons.
+
+    Raises ``ValueError`` if matplotlib's player has an icon this function does not know (so a
+    changed template is noticed, not shown with empty buttons).
+    """
+    html = _LINK.sub("", anim.to_jshtml(**kwargs))
+
+    def text(match):
+        name = match.group(1).strip()
+        if name not in _ICONS:
+            raise ValueError(f"animation_html: unknown player icon {name!r}")
+        return f'<span aria-hidden="true">{_ICONS[name]}</span>'
+
+    return _ICON.sub(text, html)

@@ -458,7 +458,7 @@ def test_protocol_rhs_is_the_closure_bit_for_bit(variant):
     ]
     S = of.histogram_inits(5, 7) * np.linspace(0.01, 30, 7)[:, None, None]
     want = closures[0].rhs(*P, np.zeros((7, 5)), S)[1]
-    assert np.array_equal(_covariance_only(closures[0].rhs, P, 5)(S), want)
+    assert np.array_equal(_covariance_only(closures[0].rhs, P)(S), want)
 
 
 def test_protocol_computes_no_run_the_loop_does_not_need_when_none_fails():

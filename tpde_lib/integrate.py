@@ -161,8 +161,8 @@ def _checked(f, t, y, idx):
 
 
 def _solve(f, y, times, rtol, atol, max_steps, stop):
-    _A, _B, _C, _E, _ORDER = _tableau()
     """The step loop of :func:`solve_batch` (arguments validated)."""
+    _A, _B, _C, _E, _ORDER = _tableau()
     B, n = y.shape
     T = times.size
     out = np.empty((B, T, n))

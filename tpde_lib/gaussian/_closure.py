@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._checks import _real_dtype_array
 from .._linalg import psd_sqrt
 
 if TYPE_CHECKING:
@@ -79,17 +80,7 @@ def _kernel_args(d_from, **named):
     and ``mean`` (..., d) with ``d`` the last axis of ``d_from`` (``ValueError`` naming it);
     ``tau`` and ``eps`` must be positive.
     """
-    out = {}
-    for name, value in named.items():
-        if value is None or isinstance(value, (str, bytes)) or callable(value):
-            raise TypeError(f"{name} must be an array of real numbers, got {type(value).__name__}")
-        try:
-            arr = np.asarray(value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be a rectangular array of real numbers ({exc})") from exc
-        if arr.dtype.kind not in "iuf":
-            raise TypeError(f"{name} must be an array of real numbers (int or float), got dtype {arr.dtype}")
-        out[name] = arr if arr.dtype.kind == "f" else arr.astype(float)
+    out = {name: _real_dtype_array(name, value) for name, value in named.items()}
     ref = out[d_from]
     if ref.ndim < 2 or ref.shape[-1] != ref.shape[-2]:
         raise ValueError(f"{d_from} must have shape (..., d, d), got {ref.shape}")
@@ -135,11 +126,18 @@ def softmax_rhs(
     dmean : ndarray, shape (..., d)
     dcov : ndarray, shape (..., d, d), exactly symmetric
     """
-    A, V, mean, cov = _kernel_args("cov", A=A, V=V, mean=mean, cov=cov)
-    SA = cov @ A
-    dmean = _mv(V, mean + _mv(SA, mean))
-    dcov = _sym_part2(V @ SA @ cov)
-    return dmean, dcov
+    return _softmax(*_kernel_args("cov", A=A, V=V, mean=mean, cov=cov))
+
+
+def _softmax(A, V, mean, cov):
+    """:func:`softmax_rhs` on checked arrays (the arithmetic alone)."""
+    dmean = _mv(V, mean + _mv(cov @ A, mean))
+    return dmean, _softmax_dcov(A, V, cov)
+
+
+def _softmax_dcov(A, V, cov):
+    r"""The covariance part of :func:`softmax_rhs`, :math:`V\Sigma A\Sigma + (\cdot)^\top`."""
+    return _sym_part2(V @ (cov @ A) @ cov)
 
 
 def multihead_rhs(
@@ -171,14 +169,16 @@ def multihead_rhs(
             raise TypeError(
                 f"{name} must be a sequence of (d, d) arrays, one per head, got {type(seq).__name__}"
             )
-    if len(As) == len(Vs):
-        for h in range(len(As)):
-            _kernel_args("cov", cov=cov, **{f"As[{h}]": As[h], f"Vs[{h}]": Vs[h]})
     if len(As) != len(Vs) or len(As) == 0:
         raise ValueError(f"As and Vs must be non-empty and of equal length, got {len(As)} and {len(Vs)}")
-    dmean, dcov = softmax_rhs(As[0], Vs[0], mean, cov)
-    for A, V in zip(As[1:], Vs[1:]):
-        dm, dc = softmax_rhs(A, V, mean, cov)
+    heads = [
+        _kernel_args("cov", cov=cov, **{f"As[{h}]": As[h], f"Vs[{h}]": Vs[h]}, mean=mean)
+        for h in range(len(As))
+    ]
+    c, A, V, m = heads[0]  # each head's arrays, checked once
+    dmean, dcov = _softmax(A, V, m, c)
+    for c, A, V, m in heads[1:]:
+        dm, dc = _softmax(A, V, m, c)
         dmean, dcov = dmean + dm, dcov + dc
     return dmean, dcov
 
@@ -223,17 +223,28 @@ def l2_rhs(
     dcov : ndarray, shape (..., d, d)
     """
     Q, K, V, tau, mean, cov = _kernel_args("cov", Q=Q, K=K, V=V, tau=tau, mean=mean, cov=cov)
-    c = (2.0 / np.asarray(tau, dtype=float))[..., None, None]
-    Kt = _t(K)
-    B = Kt @ K
-    d = cov.shape[-1]
-    W = np.linalg.solve(np.eye(d) + c * (cov @ B), cov)
-    W = 0.5 * (W + _t(W))
-    M = c * (V @ W @ Kt @ Q)
+    c, Kt, B = _l2_factors(K, tau)
+    W, M = _l2_slope(c, Kt, B, Q, V, cov)
     b = _mv(V, mean - _mv(c * (W @ B), mean))
     dmean = b + _mv(M, mean)
     dcov = _sym_part2(M @ cov)
     return dmean, dcov
+
+
+def _l2_factors(K, tau):
+    r"""The covariance-free factors of :func:`l2_rhs`: :math:`c = 2/\tau`, :math:`K^\top`,
+    :math:`K^\top K` (computed once per parameter set by the authors' protocol)."""
+    c = (2.0 / np.asarray(tau, dtype=float))[..., None, None]
+    Kt = _t(K)
+    return c, Kt, Kt @ K
+
+
+def _l2_slope(c, Kt, B, Q, V, cov):
+    r""":math:`W = (I + c\Sigma B)^{-1}\Sigma` (symmetrised) and the field's linear part
+    :math:`M = cVWK^\top Q` of :func:`l2_rhs`; its covariance part is ``_sym_part2(M @ cov)``."""
+    W = np.linalg.solve(np.eye(cov.shape[-1]) + c * (cov @ B), cov)
+    W = 0.5 * (W + _t(W))
+    return W, c * (V @ W @ Kt @ Q)
 
 
 def sinkhorn_gain(A: ArrayLike, cov: ArrayLike) -> NDArray[np.float64]:
@@ -267,7 +278,11 @@ def sinkhorn_gain(A: ArrayLike, cov: ArrayLike) -> NDArray[np.float64]:
     ndarray, shape (..., d, d)
         :math:`G\Sigma`.
     """
-    A, cov = _kernel_args("cov", A=A, cov=cov)
+    return _sinkhorn_gain(*_kernel_args("cov", A=A, cov=cov))
+
+
+def _sinkhorn_gain(A, cov):
+    """:func:`sinkhorn_gain` on checked arrays (the arithmetic alone)."""
     S = psd_sqrt(cov)
     N = S @ A @ S
     nu, U = np.linalg.eigh(_t(N) @ N)
@@ -306,7 +321,7 @@ def sinkhorn_rhs(
     A, V, eps, mean, cov = _kernel_args("cov", A=A, V=V, eps=eps, mean=mean, cov=cov)
     A_eps = A / np.asarray(eps, dtype=float)[..., None, None]
     dmean = _mv(V, mean)
-    dcov = _sym_part2(V @ sinkhorn_gain(A_eps, cov))
+    dcov = _sym_part2(V @ _sinkhorn_gain(A_eps, cov))
     return dmean, dcov
 
 

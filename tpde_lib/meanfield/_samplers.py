@@ -10,20 +10,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from .._checks import as_positive, as_rng
+from .._checks import as_count, as_positive, as_rng
 
 __all__ = ["uniform_disk", "sunflower"]
 
 _GOLDEN_ANGLE = np.pi * (3.0 - np.sqrt(5.0))
-
-
-def _count(name, n, minimum=1):
-    """A Python int ``>= minimum``."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(n).__name__}")
-    if n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {n}")
-    return int(n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -48,7 +39,7 @@ def uniform_disk(n: int, radius: float = 1.0, seed: int = 0) -> NDArray[np.float
     -------
     ndarray, shape (n, 2)
     """
-    n = _count("n", n)
+    n = as_count("n", n)
     radius = as_positive("radius", radius)
     rng = as_rng("seed", seed)
     r = radius * np.sqrt(rng.uniform(size=n))
@@ -79,7 +70,7 @@ def sunflower(n: int, radius: float = 1.0) -> NDArray[np.float64]:
     -------
     ndarray, shape (n, 2)
     """
-    n = _count("n", n)
+    n = as_count("n", n)
     radius = as_positive("radius", radius)
     k = np.arange(n) + 0.5
     r, theta = radius * np.sqrt(k / n), k * _GOLDEN_ANGLE

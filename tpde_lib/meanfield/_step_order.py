@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import as_float_array, as_positive
+from .._checks import as_choice, as_float_array, as_instance, as_positive
 from ..measures import Empirical
 from ..particles import simulate
 from ._rates import RateFit, coupling_distance, fit_rate
@@ -90,12 +90,9 @@ def step_order(
     reference_rtol = as_positive("reference_rtol", reference_rtol)
     if reference_h is not None:
         reference_h = as_positive("reference_h", reference_h)
-    if method not in ("euler", "rk4"):
-        raise ValueError(f"method must be 'euler' or 'rk4', got {method!r}")
-    if norm not in ("rms", "max"):
-        raise ValueError(f"norm must be 'rms' or 'max', got {norm!r}")
-    if not isinstance(mu0, Empirical):
-        raise TypeError(f"mu0 must be an Empirical measure, got {type(mu0).__name__}")
+    method = as_choice("method", method, ("euler", "rk4"))
+    norm = as_choice("norm", norm, ("rms", "max"))
+    mu0 = as_instance("mu0", mu0, Empirical, "an Empirical measure")
     times = [0.0, T]
     if reference_h is None:
         ref = simulate(att, mu0, times, method="adaptive", rtol=reference_rtol, atol=reference_rtol).points[

@@ -25,7 +25,7 @@ from .._checks import (
     as_seed,
 )
 from ..attention import Attention
-from ..gaussian import covariance_rhs, simulate_gaussian_batch
+from ..gaussian import _closure, covariance_rhs, simulate_gaussian_batch
 from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler
 from ._variants import paper_attention, paper_parameters
@@ -306,30 +306,21 @@ class HistogramRun(_RankCounts):
         return int(self.finals.shape[-1])
 
 
-def _covariance_only(rhs_fn, P, d):
+def _covariance_only(rhs_fn, P):
     """The covariance part of the closure ``rhs_fn`` for the stacked parameters ``P``, by the
-    closure's own operations (the same bits) without its mean ODE, for softmax and ℓ² (like the
+    closure's own covariance helpers (the same bits) without its mean ODE, for softmax and ℓ² (like the
     authors' ``rhs_softmax`` and ``rhs_L2``, which are covariance-only); ``None`` for another
     closure. A third of an iteration's calls at d <= 5 went to the mean's unused ODE."""
     if rhs_fn is closures.softmax_rhs:
         A, V = P
-
-        def rhs(S):
-            X = V @ (S @ A) @ S
-            return X + np.swapaxes(X, -1, -2)
-
-        return rhs
+        return lambda S: _closure._softmax_dcov(A, V, S)
     if rhs_fn is closures.l2_rhs:
         Q, K, V, tau = P
-        c = (2.0 / np.asarray(tau, dtype=float))[..., None, None]
-        Kt = np.swapaxes(K, -1, -2)
-        B, eye = Kt @ K, np.eye(d)
+        c, Kt, B = _closure._l2_factors(K, tau)
 
         def rhs(S):
-            W = np.linalg.solve(eye + c * (S @ B), S)
-            W = 0.5 * (W + np.swapaxes(W, -1, -2))
-            X = c * (V @ W @ Kt @ Q) @ S
-            return X + np.swapaxes(X, -1, -2)
+            _, M = _closure._l2_slope(c, Kt, B, Q, V, S)
+            return _closure._sym_part2(M @ S)
 
         return rhs
     return None
@@ -421,7 +412,7 @@ class _Protocol:
         h, tol_low, tol_high = e.h, e.tol_low, e.tol_high
         draws = np.array([j for j, _ in self.pairs])
         P = [p[draws] for p in self.params]
-        rhs = _covariance_only(self.rhs_fn, P, s.d)
+        rhs = _covariance_only(self.rhs_fn, P)
         if rhs is None:
             mean = np.zeros((draws.size, s.d))
             rhs = lambda S: self.rhs_fn(*P, mean, S)[1]  # noqa: E731

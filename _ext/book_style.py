@@ -5,6 +5,8 @@
   ``tpde-opener``), and output boxes that wrap instead of scrolling sideways.
 - The role ``{status}`paper``` (or ``derived``, ``observed``, ``fails``) shows a statement's
   status as a badge: where a statement of a chapter comes from is visible, not only a bold word.
+- Every figure's image gets its caption's first sentence as alt text (screen readers, and a
+  figure that fails to load still says what it showed).
 - The role ``{claim}`C6``` shows a claim id as a badge coloured by the claim's status in
   ``claims_map.yml`` and linked to its entry of the claims ledger (``claims.md``, anchor
   ``claim-c6``); an id the map does not have fails the build.
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -65,12 +68,31 @@ def claim_role(name, rawtext, text, lineno, inliner, options=None, content=None)
     return [ref], []
 
 
+def _first_sentence(text):
+    text = " ".join(text.split())
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return (match.group(1) if match else text)[:300]
+
+
+def _alt_text(app, doctree):
+    """Alt text of each figure's image: its caption's first sentence (where it has none)."""
+    for figure in doctree.findall(nodes.figure):
+        captions = [c for c in figure.children if isinstance(c, nodes.caption)]
+        if not captions:
+            continue
+        alt = _first_sentence(captions[0].astext())
+        for image in figure.findall(nodes.image):
+            if not image.get("alt"):
+                image["alt"] = alt
+
+
 def _static_path(app, config):
     config.html_static_path.append(str(STATIC))
 
 
 def setup(app):
     app.connect("config-inited", _static_path)
+    app.connect("doctree-read", _alt_text)
     app.add_css_file("tpde.css")
     app.add_role("status", status_role)
     app.add_role("claim", claim_role)

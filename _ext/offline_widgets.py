@@ -5,6 +5,11 @@ from CDNs. At build time this extension fetches both packages from the npm regis
 ``npm pack`` (pinned versions, cached in ``_build/.offline_js``; nothing is committed), copies
 them into the built site under ``_offline/`` and points MyST-NB at those copies. Without ``npm``
 (or if the fetch fails) it leaves MyST-NB's CDN defaults in place and says so.
+
+The widget manager's stylesheet loads its icon fonts from its *public path*, which its bundle
+takes from RequireJS's module address: ``@jupyter-widgets/html-manager/dist/`` relative to the
+page. The fonts are therefore also copied there, next to every page that loads the manager
+(otherwise each such page asks for six fonts that are not served).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 PACKAGES = {"html-manager": "@jupyter-widgets/html-manager@1.0.6", "requirejs": "requirejs@2.3.8"}
 SITE_DIR = "_offline"
+#: the manager's icon fonts (Font Awesome, bundled by the package: nothing is fetched elsewhere)
+_FONTS = {".woff", ".woff2", ".ttf", ".eot", ".svg"}
 
 
 def _fetch(cache):
@@ -71,6 +78,18 @@ def copy_assets(app, exception):
     site.mkdir(parents=True, exist_ok=True)
     shutil.copy2(cache / "requirejs" / "package" / "require.js", site / "require.min.js")
     shutil.copytree(cache / "html-manager" / "package" / "dist", site / "html-manager", dirs_exist_ok=True)
+    fonts = [f for f in (site / "html-manager").iterdir() if f.suffix in _FONTS]
+    outdir = Path(app.outdir)
+    folders = {
+        page.parent
+        for page in outdir.rglob("*.html")
+        if "_static" not in page.parts and "html-manager/embed-amd.js" in page.read_text(encoding="utf-8")
+    }
+    for folder in folders:
+        target = folder / "@jupyter-widgets" / "html-manager" / "dist"
+        target.mkdir(parents=True, exist_ok=True)
+        for font in fonts:
+            shutil.copy2(font, target / font.name)
 
 
 def setup(app):

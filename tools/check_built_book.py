@@ -24,12 +24,14 @@ Usage::
      One finding per output, with its code cell's number on the page (1 = the page's first
      code cell) and the first 60 characters of its text;
    - ``[sharpness]`` and ``[scale]``: every visible ``<img>`` of the article (cell outputs,
-     figures, the frames of the static twins, images of widgets), see *Figures* below;
+     figures, the frames of the static twins, images of widgets) shown at least 32 px wide
+     (narrower ones are icons, such as the module index's toggles), see *Figures* below;
    - ``[control]`` a visible control of the embedded ipywidgets (slider, dropdown, button, ...,
      or an ``input``/``select``/``button``/``textarea`` inside a rendered widget area): it moves
      but changes nothing, as no kernel is behind it. The controls of the static twins (the
      ``.animation`` player) are legitimate and not counted; controls hidden by CSS (``display:
-     none``, ``visibility: hidden``, ``opacity: 0``, a folded ``<details>``, zero size) pass;
+     none``, ``visibility: hidden``, ``opacity: 0``, a folded ``<details>``, zero size, clipped
+     away by an ancestor's ``overflow``) pass;
    - ``[outside]`` a request to a host other than 127.0.0.1 (aborted: the book must not need
      it), and ``[missing]`` a request answered with an HTTP error (404: a font, stylesheet,
      script or image the build does not ship) or that failed on 127.0.0.1; both per page;
@@ -77,10 +79,13 @@ sharpness and scale, and the count of findings of each kind) and a closing ``N p
 failed`` line (one verdict per page); exits 1 on any finding (0 with ``--report-only``).
 
 ``--self-test`` writes a small book of three pages into a temporary folder (one that breaks
-each rule once, one too long, one that passes every rule by a near miss: a wrapped long line,
-a retina PNG, a 200-dpi PNG, an SVG, a folded code input, a widget control hidden by CSS, a
-static twin's player) and checks that the checker finds exactly the expected findings, then
-exits 1 if it does not. It shows that each rule can fail and can pass, in a few seconds.
+every rule but ``[widgets]`` and ``[height]``, one too long, and one that passes every rule by
+a near miss: a wrapped long line, a retina PNG, a 200-dpi PNG without ``width``, an SVG, a
+folded code input, widget controls hidden by ``display: none`` and by a folded panel, a static
+twin's player) and checks that the checker finds exactly the expected number of findings of
+each rule on each page; exits 1 if not. It shows that each rule can fail and can pass, in
+about 10 s. (``[widgets]``, embedded widgets that never render, is left out: it fails only
+after waiting 10 s for them.)
 """
 
 from __future__ import annotations
@@ -392,6 +397,19 @@ async () => {
   const visible = e => e.checkVisibility({checkOpacityProperty: true, checkVisibilityCSS: true,
                                           contentVisibilityAuto: true})
                        && e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().height > 0;
+  // shown: visible and not clipped away by an ancestor that hides its overflow (a panel folded
+  // to max-height: 0, say)
+  const shown = e => {
+    if (!visible(e)) return false;
+    const r = e.getBoundingClientRect();
+    for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+      if (getComputedStyle(a).overflow === 'visible') continue;
+      const c = a.getBoundingClientRect();
+      if (Math.min(r.right, c.right) - Math.max(r.left, c.left) < 1
+          || Math.min(r.bottom, c.bottom) - Math.max(r.top, c.top) < 1) return false;
+    }
+    return true;
+  };
   const cells = [...art.querySelectorAll('div.cell')];
   const cellOf = e => { const c = e.closest('div.cell'); return c ? cells.indexOf(c) + 1 : 0; };
   const describe = e => e.tagName.toLowerCase()
@@ -428,7 +446,7 @@ async () => {
   // 2. figures: every visible image of the article, with its first bytes (resolution, SVG)
   const figures = [];
   for (const img of art.querySelectorAll('img')) {
-    if (!visible(img) || !img.naturalWidth) continue;
+    if (!shown(img) || !img.naturalWidth || img.getBoundingClientRect().width < 32) continue;
     let head = null;
     try {
       const buf = await (await fetch(img.currentSrc || img.src)).arrayBuffer();
@@ -459,7 +477,7 @@ async () => {
     ...[...art.querySelectorAll('input, select, button, textarea')].filter(e => e.closest(areas))]
     .filter(e => !e.closest('.animation') && !e.classList.contains('copybtn'));
   const outer = candidates.filter(e => !candidates.some(o => o !== e && o.contains(e)));
-  const controls = [...new Set(outer)].filter(visible).map(e => {
+  const controls = [...new Set(outer)].filter(shown).map(e => {
     const label = e.querySelector('.widget-label');
     const name = (label && label.textContent.trim()) || e.getAttribute('aria-label')
                  || e.getAttribute('title') || e.getAttribute('name') || text(e);
@@ -546,6 +564,7 @@ def check_in_browser(html_dir, pages, shots_dir=None, rows=None):
         page.on("response", on_response)
         page.on("requestfailed", on_failed)
         for rel in pages:
+            t0 = time.perf_counter()
             outside.clear()
             missing.clear()
             page.goto(base + rel.as_posix(), wait_until="load", timeout=60_000)
@@ -572,7 +591,7 @@ def check_in_browser(html_dir, pages, shots_dir=None, rows=None):
             print(
                 f"  {rel}: {report['nMath']} formulas, {len(figures)} figures, {report['anims']} animations, "
                 f"{report['views']} widget views ({report['widgets']} widget elements rendered), "
-                f"{len(found)} findings"
+                f"{len(found)} findings ({time.perf_counter() - t0:.1f} s)"
             )
             if rows is not None and is_chapter(rel):
                 rows.append(summary_row(r, m, figures, Counter(rule for _, rule, _ in found)))
@@ -654,6 +673,8 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
         '<img src="../hidpi.png" alt="200 dpi"><img src="../vector.svg" alt="vector">'
         f'<div class="widget-subarea" style="display: none">{widget_view}'
         '<div class="jupyter-widgets widget-slider"><input type="range"></div></div>'
+        '<div class="widget-subarea" style="max-height: 0; overflow: hidden">'
+        '<div class="jupyter-widgets widget-dropdown"><select><option>a</option></select></div></div>'
         + _FIXTURE_PLAYER.format(frame0=frames[0], frame1=frames[1])
         + "</div></div>"
         + _prose(10)

@@ -734,6 +734,39 @@ MUTANTS = [
         "keys, logw = mu.points[keep], np.log(np.full(keep.sum(), 1.0 / keep.sum()))",
         "07_gradient_flows",
     ),
+    # ---- tokens on the sphere (chapter 9: per-token loop, energy rate, plateaus vs quadrature)
+    M(
+        "sphere-tangent-projection-sign",
+        "tangent projection v + <x, v> x / |x|^2 instead of minus",
+        "layer.py",
+        "return v - radial[:, None] * x",
+        "return v + radial[:, None] * x",
+        "09_sphere",
+    ),
+    M(
+        "sphere-normalise-skipped",
+        "simulate does not map the tokens back onto the sphere after a step",
+        "particles.py",
+        "                        x = normalise(x)\n",
+        "                        x = x\n",
+        "09_sphere",
+    ),
+    M(
+        "sphere-energy-half-dropped",
+        "interaction energy on the sphere with 1/beta instead of 1/(2 beta)",
+        "sphere.py",
+        "np.exp(beta * gram), w) / (2.0 * beta)",
+        "np.exp(beta * gram), w) / beta",
+        "09_sphere",
+    ),
+    M(
+        "two-cluster-exponent-halved",
+        "two-point-cluster ODE with the weight e^{-beta(1 - cos)/2}",
+        "sphere.py",
+        "q = np.exp(-beta * (1.0 - np.cos(theta)))",
+        "q = np.exp(-0.5 * beta * (1.0 - np.cos(theta)))",
+        "09_sphere",
+    ),
     # ---- NEW_MUTANTS_END
 ]
 

@@ -1,11 +1,15 @@
 """Sphinx extension: the claims ledger, built from the notebooks executed for this build.
 
-The page that holds the directive ``{claims-ledger}`` gets two tables:
+The page that holds the directive ``{claims-ledger}`` gets three sections:
 
-1. **The paper's claims** (C1–C17, from ``claims_map.yml``): where the book treats each, its
-   status, and its checks, tests apart from consistency checks;
-2. **Every check of the book**: the ``tpde_book.record(...)`` calls found in the chapters'
-   sources, with the section that holds them, their kind, and whether they passed.
+1. **The paper's claims** (C1–C17, the ``claims`` of ``claims_map.yml``): one card per claim (id
+   ``claim-c1`` ...) with its status badge, the claim (``$...$`` rendered as math), its note, where
+   the book treats it, and its checks folded under it (tests apart from consistency checks);
+2. **Beyond the paper** (B1, B2, ..., the map's ``beyond``): the same cards for the results of
+   the chapters that go beyond the paper;
+3. **Every check of the book**: the ``tpde_book.verdict(...)`` calls found in the chapters'
+   sources, chapter by chapter (folded), each with its status, statement, measured value, the
+   section that holds it (id ``check-<key>``) and whether it passed.
 
 A check *passed in this build* when the executed notebook of its chapter carries its record
 output (a hidden MyST-NB glue output named ``claim:<key>``, emitted only after the check's
@@ -18,7 +22,9 @@ map without a check of the stated kind fail the build.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -26,11 +32,13 @@ from docutils import nodes
 from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 
-from tpde_book import KEY_PREFIX, KINDS, MIME, STATUSES
+from tpde_book import BADGES, KEY_PREFIX, MIME, STATUSES
 from tpde_book.ledger import collect
 
 #: statuses of the paper's claims in the map (those of the checks, plus "not checkable")
 MAP_STATUSES = dict(STATUSES, **{"not-checkable": "not checkable here"})
+#: their badges
+MAP_BADGES = dict(BADGES, **{"not-checkable": "not checkable"})
 
 
 class claims_ledger_node(nodes.General, nodes.Element):
@@ -44,10 +52,12 @@ class ClaimsLedger(SphinxDirective):
         return [claims_ledger_node()]
 
 
-def _load_map(root, name):
+def _load_map(root, name, section="claims"):
+    """The entries of one section of the map: ``claims`` (the paper's C1-C17) or ``beyond``
+    (the book's results beyond the paper, B1, B2, ...)."""
     path = Path(root) / name
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    claims = data.get("claims", [])
+    claims = data.get(section, []) or []
     for c in claims:
         for field in ("id", "claim", "status"):
             if field not in c:
@@ -81,39 +91,46 @@ def _passed(app):
     return out
 
 
-def _para(*parts):
-    p = nodes.paragraph()
+def _inline(text):
+    """Docutils nodes of a sentence whose ``$...$`` parts are TeX (inline math nodes)."""
+    out = []
+    for part in re.split(r"(\$[^$]+\$)", text):
+        if len(part) > 2 and part.startswith("$") and part.endswith("$"):
+            out.append(nodes.math(part, part[1:-1]))
+        elif part:
+            out.append(nodes.Text(part))
+    return out
+
+
+def _para(*parts, classes=()):
+    p = nodes.paragraph(classes=list(classes))
     for part in parts:
-        p += part if isinstance(part, nodes.Node) else nodes.Text(part)
+        if isinstance(part, nodes.Node):
+            p += part
+        else:
+            p.extend(_inline(part))
     return p
 
 
-def _table(header, rows, widths):
-    table = nodes.table(classes=["claims-ledger"])
-    group = nodes.tgroup(cols=len(header))
-    table += group
-    for w in widths:
-        group += nodes.colspec(colwidth=w)
-    head = nodes.thead()
-    group += head
-    row = nodes.row()
-    for h in header:
-        row += nodes.entry("", _para(h))
-    head += row
-    body = nodes.tbody()
-    group += body
-    for cells in rows:
-        row = nodes.row()
-        for cell in cells:
-            entry = nodes.entry()
-            for item in cell if isinstance(cell, list) else [cell]:
-                entry += item if isinstance(item, nodes.Element) else _para(item)
-            row += entry
-        body += row
-    return table
+def _badge(text, status):
+    return nodes.inline(text, text, classes=["tpde-badge", f"tpde-{status}"])
 
 
-#: TeX in headings, shown as plain text in the tables' links
+def _raw(html):
+    return nodes.raw("", html, format="html")
+
+
+def _details(summary, body, classes=""):
+    """``<details>`` holding ``body`` (a list of nodes), folded under ``summary``."""
+    return [_raw(f'<details class="{classes}"><summary>{summary}</summary>'), *body, _raw("</details>")]
+
+
+def _plain_text(text):
+    """A short label for HTML: TeX left out of a section title (headings may hold math)."""
+    return re.sub(r"\$[^$]*\$", "…", text)
+
+
+#: TeX in headings, shown as plain text in the ledger's links
 _TEX = [
     ("\\top", "ᵀ"),
     ("\\left", ""),
@@ -162,6 +179,95 @@ def _kind(check):
     return check.get("kind", "test")
 
 
+def _check_item(app, docname, c, passed):
+    """One check as a line: mark, status badge, statement, measured value, where."""
+    ok = c["key"] in passed
+    value = passed.get(c["key"], {}).get("value")
+    kind = _kind(c)
+    status = c["status"] if kind == "test" else "consistency"
+    label = BADGES.get(c["status"], c["status"]) if kind == "test" else "consistency check"
+    item = nodes.list_item(ids=[f"check-{c['key']}"], classes=["tpde-check"])
+    para = _para(
+        nodes.inline("", "✔ " if ok else "✘ not run · ", classes=["tpde-check-mark"]),
+        _badge(label, status),
+        " ",
+        c["statement"],
+        classes=["tpde-check-line"],
+    )
+    item += para
+    detail = [nodes.literal(c["key"], c["key"]), " · "]
+    if ok and value not in (None, "None"):
+        detail += [f"measured {value}", " · "]
+    detail.append(_link(app, docname, c))
+    item += _para(*detail, classes=["tpde-check-detail"])
+    return item
+
+
+def _card(app, docname, cl, by_key, passed):
+    """A claim as a card: id and status badges, the claim, its note, its checks folded."""
+    keys = cl.get("checks", []) or []
+    tests = [by_key[k] for k in keys if _kind(by_key[k]) == "test"]
+    cons = [by_key[k] for k in keys if _kind(by_key[k]) == "consistency"]
+    card = nodes.container(
+        ids=[f"claim-{cl['id'].lower()}"], classes=["tpde-claim-card", f"tpde-{cl['status']}"]
+    )
+    card += _para(
+        _badge(cl["id"], cl["status"]),
+        " ",
+        _badge(MAP_BADGES[cl["status"]], cl["status"]),
+        " ",
+        cl["claim"],
+        classes=["tpde-claim-head"],
+    )
+    if cl.get("note"):
+        card += _para(cl["note"], classes=["tpde-claim-note"])
+    where = [_link(app, docname, by_key[k]) for k in keys[:1]] if keys else []
+    if not where and cl.get("where"):
+        where = [nodes.Text(cl["where"])]
+    if where:
+        card += _para("Where: ", *where, classes=["tpde-claim-where"])
+    if tests or cons:
+        n_ok = sum(1 for c in tests + cons if c["key"] in passed)
+        listing = nodes.bullet_list(classes=["tpde-check-list"])
+        for c in tests + cons:
+            listing += _check_item(app, docname, c, passed)
+        summary = (
+            f"{len(tests)} test{'s' * (len(tests) != 1)}"
+            + (f" and {len(cons)} consistency check{'s' * (len(cons) != 1)}" if cons else "")
+            + f" · {n_ok} passed in this build"
+        )
+        card.extend(_details(summary, [listing], "tpde-checks"))
+    return card
+
+
+def _claims_section(app, docname, claims, by_key, passed, ident, title, intro):
+    section = nodes.section(ids=[ident])
+    section += nodes.title(text=title)
+    section += _para(intro)
+    for cl in claims:
+        section += _card(app, docname, cl, by_key, passed)
+    return section
+
+
+def _validate(app, claims, by_key):
+    mapped = set()
+    for cl in claims:
+        keys = cl.get("checks", []) or []
+        for k in keys:
+            if k not in by_key:
+                raise ExtensionError(
+                    f"{app.config.claims_map}: claim {cl['id']} names the check {k!r}, "
+                    "which no chapter records"
+                )
+        mapped.update(keys)
+        if cl["status"] != "not-checkable" and not any(_kind(by_key[k]) == "test" for k in keys):
+            raise ExtensionError(
+                f"{app.config.claims_map}: claim {cl['id']} has status {cl['status']!r} "
+                "but no check of kind 'test'"
+            )
+    return mapped
+
+
 def _fill(app, doctree, docname):
     placeholders = list(doctree.findall(claims_ledger_node))
     if not placeholders:
@@ -177,88 +283,58 @@ def _fill(app, doctree, docname):
             )
         by_key[c["key"]] = c
     passed = _passed(app)
-    claims = _load_map(root, app.config.claims_map)
-    mapped = set()
-    rows = []
-    for cl in claims:
-        keys = cl.get("checks", []) or []
-        for k in keys:
-            if k not in by_key:
-                raise ExtensionError(
-                    f"{app.config.claims_map}: claim {cl['id']} names the check "
-                    f"{k!r}, which no chapter records"
-                )
-        mapped.update(keys)
-        tests = [by_key[k] for k in keys if _kind(by_key[k]) == "test"]
-        cons = [by_key[k] for k in keys if _kind(by_key[k]) == "consistency"]
-        if cl["status"] != "not-checkable" and not tests:
-            raise ExtensionError(
-                f"{app.config.claims_map}: claim {cl['id']} has status "
-                f"{cl['status']!r} but no check of kind 'test'"
-            )
-        where = [_link(app, docname, by_key[k]) for k in keys[:1]] if keys else []
-        if not where and cl.get("where"):
-            where = [nodes.Text(cl["where"])]
-        check_items = []
-        for c in tests + cons:
-            ok = c["key"] in passed
-            label = "test" if _kind(c) == "test" else "consistency (not evidence)"
-            mark = "✔" if ok else "✘ not run"
-            check_items.append(_para(f"{mark} {label}: ", _link(app, docname, c, c["key"])))
-        status = MAP_STATUSES[cl["status"]]
-        note = cl.get("note")
-        status_cell = [_para(status)] + ([_para(note)] if note else [])
-        rows.append(
-            [
-                _para(nodes.strong(text=cl["id"]), " " + cl["claim"]),
-                [_para(w) for w in where] or _para("—"),
-                status_cell,
-                check_items or _para("—"),
-            ]
-        )
+    claims = _load_map(root, app.config.claims_map, "claims")
+    beyond = _load_map(root, app.config.claims_map, "beyond")
+    mapped = _validate(app, claims, by_key) | _validate(app, beyond, by_key)
     n_tests = sum(1 for c in checks if _kind(c) == "test")
     n_pass = sum(1 for c in checks if c["key"] in passed)
-    summary = _para(
-        f"{len(claims)} claims of the paper; {len(checks)} checks in the chapters "
-        f"({n_tests} tests, {len(checks) - n_tests} consistency checks), "
-        f"{n_pass} passed in this build."
-    )
-    claims_table = _table(["claim of the paper", "where", "status", "checks"], rows, [38, 18, 20, 24])
-    own = []
-    for c in checks:
-        ok = c["key"] in passed
-        value = passed.get(c["key"], {}).get("value")
-        mark = (
-            ("✔ passed" + (f" ({value})" if value not in (None, "None") else ""))
-            if ok
-            else "✘ not run in this build"
+    sections = [
+        _claims_section(
+            app,
+            docname,
+            claims,
+            by_key,
+            passed,
+            "the-papers-claims",
+            "The paper's claims",
+            f"{len(claims)} claims of the paper; {len(checks)} checks in the chapters "
+            f"({n_tests} tests, {len(checks) - n_tests} consistency checks), "
+            f"{n_pass} passed in this build. Each card's checks are folded under it.",
         )
-        kind = KINDS[_kind(c)] if _kind(c) in KINDS else _kind(c)
-        own.append(
-            [
-                _para(c["statement"]),
-                _para(STATUSES.get(c["status"], c["status"])),
-                _para(kind),
-                _para(_link(app, docname, c)),
-                _para(mark),
-            ]
+    ]
+    if beyond:
+        sections.append(
+            _claims_section(
+                app,
+                docname,
+                beyond,
+                by_key,
+                passed,
+                "beyond-the-paper",
+                "Beyond the paper",
+                f"{len(beyond)} results of the chapters that go beyond the paper, each with its "
+                "source (a cited work's claim, derived here, or observed) and its checks.",
+            )
         )
-    own_table = _table(["check", "status", "kind", "where", "in this build"], own, [40, 15, 10, 20, 15])
+    every = nodes.section(ids=["every-check-of-the-book"])
+    every += nodes.title(text="Every check of the book")
     unmapped = len([c for c in checks if c["key"] not in mapped])
+    every += _para(
+        f"All {len(checks)} checks, chapter by chapter; {unmapped} of them are the book's own "
+        "results (derived or observed) rather than checks of a numbered claim."
+    )
+    chapters = {}
+    for c in checks:
+        chapters.setdefault((c["chapter"], c["title"]), []).append(c)
+    for (_chapter, title), group in chapters.items():
+        listing = nodes.bullet_list(classes=["tpde-check-list"])
+        for c in group:
+            listing += _check_item(app, docname, c, passed)
+        n_ok = sum(1 for c in group if c["key"] in passed)
+        summary = f"{html.escape(_plain(title))} · {len(group)} checks · {n_ok} passed"
+        every.extend(_details(summary, [listing], "tpde-checks"))
     for ph in placeholders:
-        section_1 = nodes.section(ids=["the-papers-claims"])
-        section_1 += nodes.title(text="The paper's claims")
-        section_1 += summary.deepcopy()
-        section_1 += claims_table.deepcopy()
-        section_2 = nodes.section(ids=["every-check-of-the-book"])
-        section_2 += nodes.title(text="Every check of the book")
-        section_2 += _para(
-            f"All {len(checks)} checks, in book order; {unmapped} of them are the "
-            "book's own results (derived or observed) rather than checks of a "
-            "numbered claim."
-        )
-        section_2 += own_table.deepcopy()
-        ph.replace_self([section_1, section_2])
+        ph.replace_self([s.deepcopy() for s in sections] + [every.deepcopy()])
 
 
 def _always_reread(app, env, added, changed, removed):

@@ -1,4 +1,4 @@
-"""The claims ledger: records as notebook outputs, collection from sources, the claims map."""
+"""The chapters' checks: verdicts as notebook outputs, collection from sources, the claims map."""
 
 import json
 import textwrap
@@ -27,16 +27,16 @@ CHAPTER = textwrap.dedent("""\
     ## Section with $W_2$ math
 
     ```{code-cell} ipython3
-    from tpde_book import record
-    assert 1 + 1 == 2
-    record("demo-one", "derived", "One plus one is two.", value=2.0, claim="C3")
+    from tpde_book import verdict
+    verdict("demo-one", "derived", "One plus one is two.", measured="1 + 1", value=2.0,
+            at_least=2, reason="exact", claim="C3")
     ```
 
     ## Second section
 
     ```{code-cell} ipython3
-    assert True
-    record("demo-two", "observed", "Nothing fails.", kind="consistency")
+    verdict("demo-two", "observed", "Nothing fails.", measured="failures", value=0,
+            at_most=0, reason="none expected", kind="consistency")
     ```
     """)
 
@@ -49,7 +49,7 @@ def book(tmp_path):
     return tmp_path
 
 
-def test_collect_finds_every_record_call_with_its_section_claim_and_kind(book):
+def test_collect_finds_every_verdict_call_with_its_section_claim_and_kind(book):
     found = collect(book)
     assert [c["key"] for c in found] == ["demo-one", "demo-two"]
     assert found[0]["status"] == "derived" and found[0]["title"] == "A chapter"
@@ -58,33 +58,77 @@ def test_collect_finds_every_record_call_with_its_section_claim_and_kind(book):
     assert found[1]["kind"] == "consistency" and found[1]["claim"] is None
 
 
-def test_a_record_is_a_glue_output_that_myst_nb_recognises():
-    """Executed in a real kernel, record() leaves a hidden output MyST-NB reads as glue data."""
-    from myst_nb.ext.glue import extract_glue_data
-
+def _run(source):
     nb = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_code_cell(
-                "from tpde_book import record\nrecord('demo-k', 'paper', 'A statement.', value=0.5)"
-            ),
-            nbformat.v4.new_code_cell("1 + 1"),
-        ]
+        cells=[nbformat.v4.new_code_cell(source), nbformat.v4.new_code_cell("1 + 1")]
     )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
+    return nb
+
+
+def test_a_verdict_is_a_box_and_a_glue_output_that_myst_nb_recognises():
+    """Executed in a real kernel, verdict() shows a box (HTML, with a one-line text form) and
+    leaves a hidden output MyST-NB reads as glue data."""
+    from myst_nb.ext.glue import extract_glue_data
+
+    nb = _run(
+        "from tpde_book import verdict\n"
+        "verdict('demo-k', 'paper', 'A statement with $x^2$.', measured='the gap', value=0.5,"
+        " below=1, reason='why', claim='C4')"
+    )
     glue = extract_glue_data(nb, [0, 1], logger=None)
     assert list(glue) == [tpde_book.KEY_PREFIX + "demo-k"]
     payload = json.loads(glue[tpde_book.KEY_PREFIX + "demo-k"]["data"][tpde_book.MIME])
     assert payload == {
         "key": "demo-k",
         "status": "paper",
-        "statement": "A statement.",
-        "value": "0.5",
-        "claim": None,
+        "statement": "A statement with $x^2$.",
+        "value": "0.5 < 1",
+        "claim": "C4",
         "kind": "test",
     }
-    # the visible output is only the printed confirmation: the record itself is hidden
-    assert [o["output_type"] for o in nb.cells[0].outputs] == ["stream"]
+    shown = nb.cells[0].outputs[0]
+    assert shown["output_type"] == "display_data"
+    box = shown["data"]["text/html"]
+    assert 'class="tpde-verdict tpde-paper"' in box and 'href="../claims.html#claim-c4"' in box
+    assert "<strong>0.5</strong> &lt; 1" in box and r"\(x^2\)" in box
+    assert shown["data"]["text/plain"].startswith("✓ paper's claim: A statement")
+
+
+_CASES = [  # (tolerance, value, fails)
+    ("below=1", "0.999", False),
+    ("below=1", "1.0", True),
+    ("at_most=1", "1.0", False),
+    ("at_most=1", "1.001", True),
+    ("above=1", "1.0", True),
+    ("at_least=1", "1.0", False),
+    ("at_least=1", "float('nan')", True),
+    ("holds=True", "'x'", False),
+    ("holds=False", "'x'", True),
+]
+
+
+def test_a_failing_verdict_raises_and_leaves_no_box_nor_record():
+    """One kernel, one cell per case: a failing check is an AssertionError naming its key, and
+    shows no box and records nothing; a passing one shows its box and its record."""
+    cells = [
+        nbformat.v4.new_code_cell(
+            "from tpde_book import verdict\n"
+            f"verdict('demo-f{k}', 'derived', 'S.', measured='m', value={value}, {bound}, reason='r')"
+        )
+        for k, (bound, value, _) in enumerate(_CASES)
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
+    for k, ((bound, value, fails), cell) in enumerate(zip(_CASES, nb.cells)):
+        kinds = [o["output_type"] for o in cell.outputs]
+        if fails:
+            assert kinds == ["error"], (bound, value, kinds)
+            assert cell.outputs[0]["ename"] == "AssertionError" and f"demo-f{k}" in cell.outputs[0]["evalue"]
+        else:
+            assert kinds == ["display_data", "display_data"], (bound, value, kinds)
 
 
 @pytest.mark.parametrize(
@@ -95,11 +139,32 @@ def test_a_record_is_a_glue_output_that_myst_nb_recognises():
         (("ok-key", "paper", "  "), {}, "statement"),
         (("ok-key", "paper", "x"), {"claim": "C18"}, "claim"),
         (("ok-key", "paper", "x"), {"kind": "evidence"}, "kind"),
+        (("ok-key", "paper", "x"), {"measured": " "}, "measured"),
+        (("ok-key", "paper", "x"), {"reason": ""}, "reason"),
     ],
 )
-def test_record_rejects_bad_arguments(args, kwargs, match):
+def test_verdict_rejects_bad_arguments(args, kwargs, match):
+    kwargs = {"measured": "m", "value": 0.0, "below": 1.0, "reason": "r", **kwargs}
     with pytest.raises(ValueError, match=match):
-        tpde_book.record(*args, **kwargs)
+        tpde_book.verdict(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},  # no tolerance
+        {"below": 1.0, "above": 0.0},  # two
+        {"below": 1.0, "holds": True},
+    ],
+)
+def test_verdict_needs_exactly_one_tolerance(kwargs):
+    with pytest.raises(TypeError, match="exactly one"):
+        tpde_book.verdict("ok-key", "paper", "x", measured="m", value=0.5, reason="r", **kwargs)
+
+
+def test_verdict_compares_only_numbers():
+    with pytest.raises(TypeError, match="real number"):
+        tpde_book.verdict("ok-key", "paper", "x", measured="m", value="0.5", below=1, reason="r")
 
 
 @pytest.mark.parametrize(
@@ -132,8 +197,12 @@ def test_this_books_check_keys_are_unique_and_statuses_valid():
 
 
 def test_the_claims_map_covers_c1_to_c17_with_existing_tests():
-    claims = yaml.safe_load((ROOT / "claims_map.yml").read_text(encoding="utf-8"))["claims"]
+    data = yaml.safe_load((ROOT / "claims_map.yml").read_text(encoding="utf-8"))
+    claims = data["claims"]
     assert [c["id"] for c in claims] == [f"C{i}" for i in range(1, 18)]
+    beyond = data.get("beyond") or []
+    assert [c["id"] for c in beyond] == [f"B{i}" for i in range(1, len(beyond) + 1)]
+    claims = claims + beyond
     by_key = {c["key"]: c for c in collect(ROOT)}
     for c in claims:
         missing = [k for k in c.get("checks", []) if k not in by_key]

@@ -1,13 +1,15 @@
-"""The book's own machinery, kept out of the numerical library: claims recorded by chapters.
+"""The book's own machinery, kept out of the numerical library: the chapters' checks.
 
-A chapter checks a claim in an ``assert`` cell, then calls :func:`record`. The call prints a
-one-line confirmation and emits a hidden output (a MyST-NB *glue* output of MIME type
-``application/vnd.tpde.claim+json``), so the claim is part of the *executed notebook*: the
-Sphinx extension ``_ext/claims_ledger.py`` builds the ledger from the outputs of the notebooks
-executed for this build, and a claim whose cell did not run has no output and shows "not run".
-Outside a kernel (plain Python) :func:`record` only prints.
+A chapter checks a statement with one call, :func:`verdict`: it compares the measured value with
+its tolerance (raising :class:`AssertionError` when the check fails, so that the chapter fails
+under nbval and in the build), shows the reader a compact verdict box (status, what was
+measured, the value, the tolerance and its reason), and emits a hidden output (a MyST-NB *glue*
+output of MIME type ``application/vnd.tpde.claim+json``), so the check is part of the *executed
+notebook*: the Sphinx extension ``_ext/claims_ledger.py`` builds the ledger from the outputs of
+the notebooks executed for this build, and a check whose cell did not run has no output and
+shows "not run". Outside a kernel (plain Python) :func:`verdict` prints its one-line form.
 
-Installed with the library (``pip install -e .``) so that chapters import it from anywhere.
+Installed with the library (``pip install -e ./_ext``) so that chapters import it from anywhere.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import numbers
 import re
 
-__all__ = ["record", "STATUSES", "KINDS", "MIME", "GLUE_PREFIX", "KEY_PREFIX"]
+__all__ = ["verdict", "record", "STATUSES", "BADGES", "KINDS", "MIME", "GLUE_PREFIX", "KEY_PREFIX"]
 
 #: where a statement comes from
 STATUSES = {
@@ -25,6 +27,13 @@ STATUSES = {
     "observed": "observed numerically",
     "fails": "does not hold as stated (counterexample)",
 }
+#: the short label of each status, as its badge shows it
+BADGES = {
+    "paper": "paper's claim",
+    "derived": "derived here",
+    "observed": "observed",
+    "fails": "fails as stated",
+}
 #: what the check is: a test would fail if the statement were false; a consistency check holds by
 #: construction (it guards the bookkeeping) and is never counted as evidence
 KINDS = {"test": "test", "consistency": "consistency check"}
@@ -32,7 +41,8 @@ MIME = "application/vnd.tpde.claim+json"
 GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's marker of a hidden glue output
 KEY_PREFIX = "claim:"
 _KEY = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
-_CLAIM = re.compile(r"^C([1-9]|1[0-7])$")
+#: the paper's claims C1-C17, and the book's own results beyond the paper B1, B2, ...
+_CLAIM = re.compile(r"^(C([1-9]|1[0-7])|B[1-9][0-9]?)$")
 
 
 def _payload(key, status, statement, value, claim, kind):
@@ -45,7 +55,7 @@ def _payload(key, status, statement, value, claim, kind):
     if not isinstance(statement, str) or not statement.strip():
         raise ValueError("statement must be a non-empty string")
     if claim is not None and not (isinstance(claim, str) and _CLAIM.match(claim)):
-        raise ValueError(f"claim must be a paper claim id 'C1' .. 'C17' or None, got {claim!r}")
+        raise ValueError(f"claim must be a claim id 'C1' .. 'C17' or 'B1', 'B2', ... or None, got {claim!r}")
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
         value = f"{float(value):.3g}"
     return {
@@ -97,4 +107,193 @@ def record(key, status, statement, value=None, claim=None, kind="test"):
             raw=True,
             metadata={"scrapbook": {"name": KEY_PREFIX + key, "mime_prefix": GLUE_PREFIX}},
         )
+    return None
+
+
+#: the comparisons a verdict can make: keyword -> (symbol shown, test)
+_BOUNDS = {
+    "below": ("<", lambda v, b: v < b),
+    "at_most": ("≤", lambda v, b: v <= b),
+    "above": (">", lambda v, b: v > b),
+    "at_least": ("≥", lambda v, b: v >= b),
+}
+
+
+def _number(x):
+    """A measured value or bound as the reader sees it (3 significant digits for floats)."""
+    if isinstance(x, (bool, np_bool_types())):
+        return "yes" if x else "no"
+    if isinstance(x, numbers.Integral):
+        return str(int(x))
+    if isinstance(x, numbers.Real):
+        x = float(x)
+        if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
+            mant, exp = f"{x:.2e}".split("e")
+            return f"{mant}×10^{int(exp)}"
+        return f"{x:.3g}"
+    return str(x)
+
+
+def np_bool_types():
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency of the book
+        return ()
+    return (np.bool_,)
+
+
+def _math_html(text):
+    """HTML of a sentence whose ``$...$`` parts are TeX (left to MathJax, as Sphinx marks math)."""
+    import html
+
+    parts = re.split(r"(\$[^$]+\$)", text)
+    out = []
+    for part in parts:
+        if len(part) > 2 and part.startswith("$") and part.endswith("$"):
+            out.append(f'<span class="math notranslate nohighlight">\\({html.escape(part[1:-1])}\\)</span>')
+        else:
+            out.append(html.escape(part))
+    return "".join(out)
+
+
+def _verdict_html(payload, measured, shown, comparison, reason):
+    import html
+
+    status, claim = payload["status"], payload["claim"]
+    kind = payload["kind"]
+    badge = BADGES[status] if kind == "test" else KINDS[kind]
+    klass = status if kind == "test" else "consistency"
+    claim_html = ""
+    if claim is not None:
+        claim_html = (
+            f' <a class="tpde-badge tpde-claim" href="../claims.html#claim-{claim.lower()}">{claim}</a>'
+        )
+    measure = f"{_math_html(measured)}: <strong>{html.escape(shown)}</strong>"
+    if comparison:
+        measure += f" {html.escape(comparison)}"
+    reason_html = f'<span class="tpde-verdict-reason">{_math_html(reason)}</span>' if reason else ""
+    return (
+        f'<div class="tpde-verdict tpde-{klass}" id="verdict-{payload["key"]}">'
+        f'<span class="tpde-verdict-mark" aria-hidden="true">✓</span>'
+        f'<div class="tpde-verdict-body">'
+        f'<p class="tpde-verdict-head"><span class="tpde-badge tpde-{klass}">{badge}</span>{claim_html} '
+        f'<span class="tpde-verdict-statement">{_math_html(payload["statement"])}</span></p>'
+        f'<p class="tpde-verdict-measure">{measure}'
+        + (f" · {reason_html}" if reason_html else "")
+        + "</p></div></div>"
+    )
+
+
+def verdict(
+    key,
+    status,
+    statement,
+    *,
+    measured,
+    value,
+    below=None,
+    at_most=None,
+    above=None,
+    at_least=None,
+    holds=None,
+    reason,
+    claim=None,
+    kind="test",
+):
+    """Check a statement, show the reader its verdict, and record it for the ledger.
+
+    The check passes when ``value`` satisfies its one bound (``below``, ``at_most``, ``above`` or
+    ``at_least``), or, for a check that is not one comparison, when ``holds`` is true. A check
+    that fails raises :class:`AssertionError` naming the key, the value and the tolerance: the
+    chapter fails (nbval, the book's build), nothing is recorded and no box is shown.
+
+    Parameters
+    ----------
+    key : str
+        Stable identifier, lowercase words joined by hyphens (``"softmax-blowup-time"``).
+    status : {"paper", "derived", "observed", "fails"}
+        Where the statement comes from (:data:`STATUSES`).
+    statement : str
+        What is checked, in one sentence; ``$...$`` parts are TeX.
+    measured : str
+        What ``value`` is, in a few words (``"largest deviation, in standard errors"``).
+    value : float, int, bool or str
+        The number the check measured (shown in the box and the ledger).
+    below, at_most, above, at_least : float, optional
+        The tolerance: exactly one of them, or ``holds``.
+    holds : bool, optional
+        The outcome of a check that is not one comparison of ``value``.
+    reason : str
+        Why the tolerance is what it is (or, with ``holds``, what the criterion is).
+    claim : str, optional
+        The paper's claim (``"C1"`` .. ``"C17"``) or the book's result beyond the paper
+        (``"B1"``, ...) the check bears on.
+    kind : {"test", "consistency"}
+        ``"test"``: it would fail if the statement were false; ``"consistency"``: it holds by
+        construction (never counted as evidence).
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> verdict("two-plus-two", "derived", "2 + 2 is 4", measured="|2 + 2 - 4|",
+    ...         value=0.0, at_most=0.0, reason="exact integer arithmetic")
+    ✓ derived here: 2 + 2 is 4 — |2 + 2 - 4| = 0 ≤ 0 (exact integer arithmetic)
+    """
+    bounds = {
+        name: b
+        for name, b in (("below", below), ("at_most", at_most), ("above", above), ("at_least", at_least))
+        if b is not None
+    }
+    if len(bounds) + (holds is not None) != 1:
+        raise TypeError(
+            "verdict needs exactly one of below=, at_most=, above=, at_least= or holds=, "
+            f"got {sorted(bounds) + (['holds'] if holds is not None else [])}"
+        )
+    if not isinstance(measured, str) or not measured.strip():
+        raise ValueError("measured must be a non-empty string saying what value is")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("reason must be a non-empty string saying why the tolerance is what it is")
+    payload = _payload(key, status, statement, value, claim, kind)
+    shown = _number(value)
+    if bounds:
+        ((name, bound),) = bounds.items()
+        symbol, test = _BOUNDS[name]
+        if isinstance(value, (str, bool)) or not isinstance(value, numbers.Real):
+            raise TypeError(f"value must be a real number to compare with {name}=, got {value!r}")
+        comparison = f"{symbol} {_number(bound)}"
+        passed = bool(test(float(value), float(bound)))
+    else:
+        if not isinstance(holds, (bool, *np_bool_types())):
+            raise TypeError(f"holds must be a bool, got {type(holds).__name__}")
+        comparison, passed = "", bool(holds)
+    if not passed:
+        raise AssertionError(
+            f"check {key!r} failed: {measured} = {shown}"
+            + (f", expected {comparison}" if comparison else ", criterion not met")
+            + f" ({reason})"
+        )
+    payload["value"] = shown + (f" {comparison}" if comparison else "")
+    label = STATUSES[status].split(",")[0] if kind == "test" else KINDS[kind]
+    text = f"✓ {label}: {statement} — {measured} = {shown}"
+    text += f" {comparison} ({reason})" if comparison else f" ({reason})"
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # plain Python without IPython
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(text)
+        return None
+    display(
+        {"text/plain": text, "text/html": _verdict_html(payload, measured, shown, comparison, reason)},
+        raw=True,
+    )
+    display(
+        {GLUE_PREFIX + MIME: json.dumps(payload)},
+        raw=True,
+        metadata={"scrapbook": {"name": KEY_PREFIX + key, "mime_prefix": GLUE_PREFIX}},
+    )
     return None

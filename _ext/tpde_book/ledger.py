@@ -56,7 +56,7 @@ def slug(title):
 
 
 def calls_in(source):
-    """Literal arguments of every ``record(...)`` / ``claims.record(...)`` call in ``source``."""
+    """Literal arguments of every ``verdict(...)`` or ``record(...)`` call in ``source``."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -67,7 +67,7 @@ def calls_in(source):
             continue
         fn = node.func
         name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
-        if name != "record":
+        if name not in ("record", "verdict"):
             continue
         args = {}
         for label, arg in zip(_ARGS, node.args):

@@ -1,10 +1,12 @@
-"""Figures and animations: particle clouds, covariance ellipses, the PSD cone.
+"""Figures and animations: particle clouds, covariance ellipses, the PSD cone, the book's style.
 
-Modules: ``clouds`` (particle clouds, paths, their animations), ``ellipses`` (Gaussian covariance
+Modules: ``style`` (the book's figure style: column width, fonts, palette, panel grids),
+``clouds`` (particle clouds, paths, their animations), ``ellipses`` (Gaussian covariance
 ellipses, the one ellipse plotter), ``cone`` (2×2 covariance trajectories in the PSD cone and the
 normalised-trace disk, rank histograms). Every function draws on axes or a figure it is given and
-returns them; none imports ``matplotlib.pyplot``. ``tpde_lib`` imports this package on first use
-(``tp.viz``), so ``import tpde_lib`` loads no matplotlib.
+returns them; only ``style.subplots`` creates a figure (through ``matplotlib.pyplot``, imported
+when it is called). ``tpde_lib`` imports this package on first use (``tp.viz``), so
+``import tpde_lib`` loads no matplotlib.
 """
 
 from .clouds import animate_clouds, cloud_panels, common_limits, initial_angle, plot_cloud, plot_paths
@@ -17,6 +19,7 @@ from .cone import (
     plot_rank_histograms,
 )
 from .ellipses import draw_ellipse, draw_ellipses, ellipse_points
+from .style import COLUMN_INCHES, DPI, PALETTE, book_style, subplots, use_book_style
 
 __all__ = [
     "plot_cloud",
@@ -34,4 +37,10 @@ __all__ = [
     "ellipse_points",
     "draw_ellipse",
     "draw_ellipses",
+    "COLUMN_INCHES",
+    "DPI",
+    "PALETTE",
+    "book_style",
+    "use_book_style",
+    "subplots",
 ]

@@ -1,0 +1,99 @@
+"""Sphinx extension: the book's reading style — its stylesheet and the status and claim badges.
+
+- ``_ext/static/tpde.css`` is served with the book: the verdict boxes of
+  :func:`tpde_book.verdict`, the status badges, the chapter openers (an admonition with the class
+  ``tpde-opener``), and output boxes that wrap instead of scrolling sideways.
+- The role ``{status}`paper``` (or ``derived``, ``observed``, ``fails``) shows a statement's
+  status as a badge: where a statement of a chapter comes from is visible, not only a bold word.
+- Every figure's image gets its caption's first sentence as alt text (screen readers, and a
+  figure that fails to load still says what it showed).
+- The role ``{claim}`C6``` shows a claim id as a badge coloured by the claim's status in
+  ``claims_map.yml`` and linked to its entry of the claims ledger (``claims.md``, anchor
+  ``claim-c6``); an id the map does not have fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from docutils import nodes
+from sphinx.util import logging
+
+from tpde_book import BADGES
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+#: the ledger page (document name) and the badge text of the map's extra status
+LEDGER = "claims"
+_MAP_BADGES = dict(BADGES, **{"not-checkable": "not checkable"})
+
+
+def _badge(text, status, classes=()):
+    return nodes.inline(text, text, classes=["tpde-badge", f"tpde-{status}", *classes])
+
+
+def status_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    key = text.strip()
+    if key not in BADGES:
+        msg = inliner.reporter.error(f"{{status}} expects one of {sorted(BADGES)}, got {key!r}", line=lineno)
+        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+    return [_badge(BADGES[key], key)], []
+
+
+def _claim_statuses(app):
+    path = Path(app.srcdir) / app.config.claims_map
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    out = {}
+    for section in ("claims", "beyond"):
+        for c in data.get(section, []) or []:
+            out[c["id"]] = c["status"]
+    return out
+
+
+def claim_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    env = inliner.document.settings.env
+    cid = text.strip()
+    statuses = _claim_statuses(env.app)
+    if cid not in statuses:
+        msg = inliner.reporter.error(f"{{claim}}: no claim {cid!r} in the claims map", line=lineno)
+        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+    status = statuses[cid]
+    uri = env.app.builder.get_relative_uri(env.docname, LEDGER) + f"#claim-{cid.lower()}"
+    ref = nodes.reference(rawtext, "", refuri=uri, internal=True, classes=["tpde-claim-link"])
+    ref += _badge(cid, status, ("tpde-claim",))
+    ref["reftitle"] = f"{cid}: {_MAP_BADGES.get(status, status)} (claims ledger)"
+    return [ref], []
+
+
+def _first_sentence(text):
+    text = " ".join(text.split())
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return (match.group(1) if match else text)[:300]
+
+
+def _alt_text(app, doctree):
+    """Alt text of each figure's image: its caption's first sentence (where it has none)."""
+    for figure in doctree.findall(nodes.figure):
+        captions = [c for c in figure.children if isinstance(c, nodes.caption)]
+        if not captions:
+            continue
+        alt = _first_sentence(captions[0].astext())
+        for image in figure.findall(nodes.image):
+            if not image.get("alt"):
+                image["alt"] = alt
+
+
+def _static_path(app, config):
+    config.html_static_path.append(str(STATIC))
+
+
+def setup(app):
+    app.connect("config-inited", _static_path)
+    app.connect("doctree-read", _alt_text)
+    app.add_css_file("tpde.css")
+    app.add_role("status", status_role)
+    app.add_role("claim", claim_role)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

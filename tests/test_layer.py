@@ -195,3 +195,20 @@ def test_batched_closure_agrees_with_gaussian_rhs_member_by_member():
         em, ec = layer.gaussian_rhs(mean[i], cov[i])
         np.testing.assert_allclose(dm[i], em, rtol=0, atol=1e-14)
         np.testing.assert_allclose(dc[i], ec, rtol=0, atol=1e-14)
+
+
+def test_gauss_hermite_particles_under_the_layer_follow_the_gaussian_ode():
+    # the flow of a Gaussian is affine, so pushed Gauss-Hermite nodes stay a quadrature of the
+    # pushed Gaussian: their weighted moments follow the closure up to quadrature and RK4 error
+    A, V = np.array([[0.4, 0.3], [-0.2, 0.5]]), np.array([[0.5, -0.3], [0.4, 0.2]])
+    W, b = np.array([[-0.3, 0.8], [-0.5, 0.1]]), np.array([0.2, -0.1])
+    layer = tp.Layer(tp.Softmax(A, V), tp.AffineFeedForward(W, b))
+    g0 = tp.Gaussian([0.3, -0.2], [[0.6, 0.2], [0.2, 0.4]])
+    mu = gauss_hermite(g0, 12)
+    traj = tp.simulate(layer, mu, [0.0, 1.0], h=0.02)
+    sol = tp.simulate_gaussian(layer, g0, [0.0, 1.0], rtol=1e-11, atol=1e-13)
+    x, w = traj.points[-1], mu.weights
+    m = w @ x
+    c = (x - m).T @ ((x - m) * w[:, None])
+    np.testing.assert_allclose(m, sol.mean[-1], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(c, sol.cov[-1], rtol=0, atol=1e-9)

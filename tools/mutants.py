@@ -767,6 +767,39 @@ MUTANTS = [
         "q = np.exp(-0.5 * beta * (1.0 - np.cos(theta)))",
         "09_sphere",
     ),
+    # ---- a Transformer layer (chapter 10: quantised Gaussian, closed forms vs the solver) ----
+    M(
+        "layer-ff-closure-no-transpose",
+        "feed-forward part of the layer's closure 2 W Sigma instead of W Sigma + Sigma W^T",
+        "layer.py",
+        "return dm + (W @ mean[..., None])[..., 0] + b, dc + WS + np.swapaxes(WS, -1, -2)",
+        "return dm + (W @ mean[..., None])[..., 0] + b, dc + 2 * WS",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-blowup-time-rate-halved",
+        "layer blow-up time log(1 + w/p)/w instead of log(1 + 2w/p)/(2w)",
+        "gaussian/_layer.py",
+        "float(np.log1p(2.0 * w / top) / (2.0 * w))",
+        "float(np.log1p(w / top) / w)",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-closed-form-decay-halved",
+        "layer closed form with e^{-wt} instead of e^{-2wt}",
+        "gaussian/_layer.py",
+        "denom = np.exp(-2.0 * w * times)[:, None]",
+        "denom = np.exp(-w * times)[:, None]",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-equilibrium-factor",
+        "layer equilibrium -w (A + A^T)^{-1} instead of -2w (A + A^T)^{-1}",
+        "gaussian/_layer.py",
+        "out = (U * (-2.0 * w / lam_s)) @ U.T",
+        "out = (U * (-w / lam_s)) @ U.T",
+        "10_transformer_layer",
+    ),
     # ---- NEW_MUTANTS_END
 ]
 

@@ -301,5 +301,7 @@ def steer_covariance(
     S = final(Ws)
     miss = np.inf if S is None else float(np.abs(S - target).max() / scale)
     if not miss <= tol:
-        raise ValueError(f"steer_covariance did not reach the target: relative residual {miss:.3g} > tol {tol:g}")
+        raise ValueError(
+            f"steer_covariance did not reach the target: relative residual {miss:.3g} > tol {tol:g}"
+        )
     return Ws

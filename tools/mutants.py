@@ -734,6 +734,72 @@ MUTANTS = [
         "keys, logw = mu.points[keep], np.log(np.full(keep.sum(), 1.0 / keep.sum()))",
         "07_gradient_flows",
     ),
+    # ---- tokens on the sphere (chapter 9: per-token loop, energy rate, plateaus vs quadrature)
+    M(
+        "sphere-tangent-projection-sign",
+        "tangent projection v + <x, v> x / |x|^2 instead of minus",
+        "layer.py",
+        "return v - radial[:, None] * x",
+        "return v + radial[:, None] * x",
+        "09_sphere",
+    ),
+    M(
+        "sphere-normalise-skipped",
+        "simulate does not map the tokens back onto the sphere after a step",
+        "particles.py",
+        "                        x = normalise(x)\n",
+        "                        x = x\n",
+        "09_sphere",
+    ),
+    M(
+        "sphere-energy-half-dropped",
+        "interaction energy on the sphere with 1/beta instead of 1/(2 beta)",
+        "sphere.py",
+        "np.exp(beta * gram), w) / (2.0 * beta)",
+        "np.exp(beta * gram), w) / beta",
+        "09_sphere",
+    ),
+    M(
+        "two-cluster-exponent-halved",
+        "two-point-cluster ODE with the weight e^{-beta(1 - cos)/2}",
+        "sphere.py",
+        "q = np.exp(-beta * (1.0 - np.cos(theta)))",
+        "q = np.exp(-0.5 * beta * (1.0 - np.cos(theta)))",
+        "09_sphere",
+    ),
+    # ---- a Transformer layer (chapter 10: quantised Gaussian, closed forms vs the solver) ----
+    M(
+        "layer-ff-closure-no-transpose",
+        "feed-forward part of the layer's closure 2 W Sigma instead of W Sigma + Sigma W^T",
+        "layer.py",
+        "return dm + (W @ mean[..., None])[..., 0] + b, dc + WS + np.swapaxes(WS, -1, -2)",
+        "return dm + (W @ mean[..., None])[..., 0] + b, dc + 2 * WS",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-blowup-time-rate-halved",
+        "layer blow-up time log(1 + w/p)/w instead of log(1 + 2w/p)/(2w)",
+        "gaussian/_layer.py",
+        "float(np.log1p(2.0 * w / top) / (2.0 * w))",
+        "float(np.log1p(w / top) / w)",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-closed-form-decay-halved",
+        "layer closed form with e^{-wt} instead of e^{-2wt}",
+        "gaussian/_layer.py",
+        "denom = np.exp(-2.0 * w * times)[:, None]",
+        "denom = np.exp(-w * times)[:, None]",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-equilibrium-factor",
+        "layer equilibrium -w (A + A^T)^{-1} instead of -2w (A + A^T)^{-1}",
+        "gaussian/_layer.py",
+        "out = (U * (-2.0 * w / lam_s)) @ U.T",
+        "out = (U * (-w / lam_s)) @ U.T",
+        "10_transformer_layer",
+    ),
     # ---- NEW_MUTANTS_END
 ]
 

@@ -12,16 +12,18 @@ built from Q, K in R^{k x d}; V in R^{d x d} merges value and output matrices.
 
 The root holds the public API (``__all__``); the subpackages hold the rest, one concept each:
 ``measures`` (Empirical, Gaussian), ``attention`` (the protocol :class:`Attention`, the blocked
-engine :func:`kernel_sums` and the variants), ``particles`` (token simulations), ``gaussian``
-(the Gaussian closures' right-hand sides, their solvers, blow-up, closed forms, the affine
-defect), ``integrate`` (a batched adaptive ODE integrator), ``transport`` (Wasserstein
-distances, Bures–Wasserstein maps and geodesics), ``meanfield`` (samplers, exact affine flows,
-rate fits, step orders), ``stability`` (explicit constants), ``masked`` (causal attention, the
-attention sink), ``clustering`` (ranks, Lyapunov functions, blow-up surveys), ``psd_cone`` (the
-2×2 cone picture), ``energy`` (gradient-flow structure), ``official`` (the authors' released
-schemes, reproduced), ``viz`` and ``widgets`` (figures, panels and their static twins). The
-subpackages that need heavy dependencies (scipy.stats, POT, matplotlib) are imported on first
-access, ``tp.energy`` or ``tp.viz``, so that ``import tpde_lib`` stays light.
+engine :func:`kernel_sums` and the variants), ``particles`` (token simulations), ``layer`` (a
+Transformer layer: attention + feed-forward + normalisation on the sphere), ``gaussian`` (the
+Gaussian closures' right-hand sides, their solvers, blow-up, closed forms, the affine defect),
+``integrate`` (a batched adaptive ODE integrator), ``transport`` (Wasserstein distances,
+Bures–Wasserstein maps and geodesics), ``meanfield`` (samplers, exact affine flows, rate fits,
+step orders), ``stability`` (explicit constants), ``masked`` (causal attention, the attention
+sink), ``clustering`` (ranks, Lyapunov functions, blow-up surveys), ``sphere`` (tokens on the
+sphere: energy, clusters, plateaus), ``psd_cone`` (the 2×2 cone picture), ``energy``
+(gradient-flow structure), ``official`` (the authors' released schemes, reproduced), ``viz``
+and ``widgets`` (figures, panels and their static twins). The subpackages that need heavy
+dependencies (scipy.stats, POT, matplotlib) are imported on first access, ``tp.energy`` or
+``tp.viz``, so that ``import tpde_lib`` stays light.
 """
 
 import importlib
@@ -50,6 +52,7 @@ from .gaussian import (
     simulate_gaussian_batch,
 )
 from .integrate import solve_batch
+from .layer import AffineFeedForward, Layer, tangent_projection, to_sphere
 from .measures import Empirical, Gaussian
 from .official import projected_euler
 from .particles import Trajectory, simulate
@@ -85,6 +88,11 @@ __all__ = [
     "GaussianTrajectory",
     "GaussianBatch",
     "affine_defect",
+    "Layer",
+    "AffineFeedForward",
+    "to_sphere",
+    "tangent_projection",
+    "sphere",
     "solve_batch",
     "projected_euler",
     "official",
@@ -96,7 +104,7 @@ __all__ = [
 ]
 
 #: subpackages imported on first access (PEP 562), ``tp.meanfield`` etc.
-_LAZY = ("clustering", "energy", "masked", "meanfield", "psd_cone", "stability", "viz", "widgets")
+_LAZY = ("clustering", "energy", "masked", "meanfield", "psd_cone", "sphere", "stability", "viz", "widgets")
 
 
 def __getattr__(name):

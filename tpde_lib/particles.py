@@ -196,7 +196,10 @@ def simulate(
         :meth:`~tpde_lib.Attention.field` hook of an :class:`~tpde_lib.Attention` directly
         (the weights and positions do not change), each result checked (real, shape (n, d),
         finite). Sinkhorn attention warm-starts each step from the previous step's potentials
-        (kept on the instance). Exceptions it raises propagate unchanged.
+        (kept on the instance). Exceptions it raises propagate unchanged. When
+        ``att.normalise`` is a callable (a :class:`~tpde_lib.Layer` with
+        ``normalisation="sphere"``), the points are mapped by it after every step (``"adaptive"``:
+        at every time of ``times``), and ``mu0`` must be a fixed point of it (``ValueError``).
     mu0 : Empirical
         Initial tokens (n, d) with weights (n,) and optional positions (n,) (masked attention);
         weights and positions travel unchanged with the points.
@@ -274,6 +277,7 @@ def simulate(
     shape = mu0.points.shape
     last_t = [times[0]]
     evaluate = _field_path(att, mu0)
+    normalise = _normaliser(att, mu0)
 
     def field(x, t):
         last_t[0] = t
@@ -287,7 +291,7 @@ def simulate(
     if times.size > 1 and method == "adaptive":
         filled = [1]
         try:
-            _adaptive(field, out, times, rtol, atol, _ivp_solver(ivp_method), filled, max_steps)
+            _adaptive(field, out, times, rtol, atol, _ivp_solver(ivp_method), filled, max_steps, normalise)
         except FloatingPointError:
             if on_blowup == "raise":
                 raise
@@ -303,6 +307,8 @@ def simulate(
                 for j in range(counts[k]):
                     t = times[k] + j * steps[k]
                     x = step(field, x, t, steps[k])
+                    if normalise is not None:
+                        x = normalise(x)
                     if not np.isfinite(x).all():
                         raise FloatingPointError(
                             f"particles blew up (non-finite positions) before t={t + steps[k]:g}"
@@ -316,6 +322,26 @@ def simulate(
     out = out[:reached]
     out.setflags(write=False)
     return Trajectory(times[:reached], out, mu0.weights, mu0.positions, blowup)
+
+
+def _normaliser(att, mu0):
+    """``att.normalise`` (a map of the points (n, d) back onto a manifold after every step, e.g.
+    the unit sphere of a :class:`~tpde_lib.Layer` with ``normalisation="sphere"``), or None.
+
+    ``mu0`` must already lie on that manifold: ValueError otherwise (the flow would start with a
+    jump)."""
+    normalise = getattr(att, "normalise", None)
+    if normalise is None:
+        return None
+    if not callable(normalise):
+        raise TypeError(f"att.normalise must be None or a callable (n, d) -> (n, d), got {normalise!r}")
+    gap = np.abs(np.asarray(normalise(mu0.points), dtype=float) - mu0.points).max()
+    if not gap <= 1e-10:
+        raise ValueError(
+            f"mu0 must lie where att.normalise maps it (e.g. unit vectors for a Layer on the "
+            f"sphere): max |normalise(x0) - x0| = {gap:.3g} > 1e-10; pass tp.to_sphere(x0)"
+        )
+    return normalise
 
 
 def _field_path(att, mu0):
@@ -394,7 +420,7 @@ def _rk4_step(field, x, t, h):
     return x + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
 
 
-def _adaptive(field, out, times, rtol, atol, solver_cls, filled, max_steps):
+def _adaptive(field, out, times, rtol, atol, solver_cls, filled, max_steps, normalise=None):
     """Integrate interval by interval, writing ``out[k]``; ``filled[0]`` counts the times done.
 
     The solver is stepped here (as ``solve_ivp`` does, without dense output) so that accepted
@@ -420,7 +446,7 @@ def _adaptive(field, out, times, rtol, atol, solver_cls, filled, max_steps):
             taken += 1
             if solver.status == "failed":
                 raise FloatingPointError(f"adaptive integration stopped at t={solver.t:g}: {message}")
-        y = solver.y
+        y = solver.y if normalise is None else normalise(solver.y.reshape(shape)).ravel()
         if not np.all(np.isfinite(y)):
             raise FloatingPointError(f"particles blew up before t={times[k + 1]:g}")
         out[k + 1] = y.reshape(shape)

@@ -6,7 +6,9 @@ Gaussian, and its mean and covariance solve an ODE (the variant's *Gaussian clos
 Modules: ``_closure`` (every closure's right-hand side, :func:`softmax_rhs` ... :func:`linear_rhs`,
 and a batch of attentions as one vectorised right-hand side), ``_solve``
 (:func:`simulate_gaussian`, :func:`simulate_gaussian_batch`, blow-up detection),
-``_closed_forms`` (softmax with :math:`V = vI`), ``_defect`` (:func:`affine_defect`: does a
+``_closed_forms`` (softmax with :math:`V = vI`), ``_layer`` (a layer: softmax plus the
+feed-forward :math:`W = wI` in closed form, and a feed-forward control that steers the
+covariance), ``_defect`` (:func:`affine_defect`: does a
 variant preserve Gaussians?).
 
 Examples
@@ -53,6 +55,7 @@ from ._closure import (
     softmax_rhs,
 )
 from ._defect import affine_defect, gauss_hermite
+from ._layer import layer_blowup_time, layer_closed_form, layer_equilibrium, steer_covariance
 from ._solve import GaussianBatch, GaussianTrajectory, simulate_gaussian, simulate_gaussian_batch
 
 __all__ = [
@@ -73,4 +76,8 @@ __all__ = [
     "softmax_blowup_time",
     "softmax_limit_cov",
     "scalar_closed_form",
+    "layer_closed_form",
+    "layer_blowup_time",
+    "layer_equilibrium",
+    "steer_covariance",
 ]

@@ -556,7 +556,7 @@ MUTANTS = [
         "clustering/_analysis.py",
         "return np.trace(np.linalg.solve(V, cov), axis1=-2, axis2=-1)",
         "return np.trace(V @ cov, axis1=-2, axis2=-1)",
-        "06_clustering",
+        "06b_clustering_general_v",
     ),
     M(
         "limit-cov-keeps-the-wrong-directions",
@@ -596,7 +596,7 @@ MUTANTS = [
         "clustering/_general_v.py",
         'return self.status == "blowup"',
         "return np.isfinite(self.blowup_time)",
-        "06_clustering",
+        "06b_clustering_general_v",
     ),
     M(
         "survey-va-max-of-AV",
@@ -604,7 +604,7 @@ MUTANTS = [
         "clustering/_general_v.py",
         "status.astype(str), _sym_max(V @ A),",
         "status.astype(str), _sym_max(A @ V),",
-        "06_clustering",
+        "06b_clustering_general_v",
     ),
     M(
         "sinkhorn-gradient-K-for-K-prime",

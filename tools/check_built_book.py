@@ -461,8 +461,8 @@ async () => {
       widthAttr: img.getAttribute('width'), head, src: (img.currentSrc || img.src).slice(0, 40),
       where: (anim ? 'static twin, ' : inWidget ? 'widget, ' : '')
              + (cell ? 'code cell ' + cell : 'text'),
-      label: (img.getAttribute('alt') || (img.getAttribute('src') || '').split('/').pop()
-              || '').slice(0, 50),
+      label: (text(img.closest('figure')?.querySelector('figcaption') || img) || img.getAttribute('alt')
+              || (img.getAttribute('src') || '').split('/').pop() || '').slice(0, 50),
     });
   }
 

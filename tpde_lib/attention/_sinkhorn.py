@@ -26,7 +26,7 @@ over-relaxed when they are slow: the linear rate :math:`\lambda` of plain Sinkho
 and the updates become :math:`\log b\leftarrow(1-\omega)\log b-\omega\log(\tilde K^\top(w a))`
 (and likewise for :math:`a`) with :math:`\omega=2/(1+\sqrt{1-\lambda})\le 1.99`, the optimal SOR
 factor of a two-block iteration; a diverging over-relaxation falls back to :math:`\omega=1`.
-Where an m × m inverse is affordable (m <= ``_NEWTON_MAX``) the alternating phase instead runs
+Where an m × m factorisation is affordable (m <= ``_NEWTON_MAX``) the alternating phase instead runs
 plain sweeps until their measured rate says they need more passes than a Newton step costs,
 then damped Newton steps on the concave semi-dual :math:`h(g)=\langle w,g\rangle+\langle w,
 T(g)\rangle` (its Hessian inverted at the current plan, kept for the next steps and the next
@@ -60,14 +60,20 @@ __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
 _ABSORB = 30.0
 _SYMMETRIC_ITERS = 100
-#: Newton steps for at most this many tokens (an m x m product and inverse per fresh Hessian)
+#: Newton steps for at most this many tokens (an m x m product and LU factorisation per fresh Hessian)
 _NEWTON_MAX = 2000
-#: a fresh inverse Hessian costs about m / _NEWTON_SWEEPS plain sweeps (measured, m = 200)
+#: a fresh Hessian costs about m / _NEWTON_SWEEPS plain sweeps (measured, m = 200)
 _NEWTON_SWEEPS = 8.0
 #: plain sweeps still needed below which no Hessian is computed
 _NEWTON_MIN_SWEEPS = 20
 #: halvings of a fresh Newton step before Newton is given up for the solve
 _NEWTON_HALVINGS = 30
+
+
+def _lu_solve(*args, **kwargs):
+    import scipy.linalg
+
+    return scipy.linalg.lu_solve(*args, **kwargs)
 
 
 def _is_symmetric(A):
@@ -85,9 +91,9 @@ class _Run:
         self.buf = np.empty((Y.shape[0],) * 2)
         self.it, self.err, self.errs = 0, np.inf, []
         self.extent = None  # (min, max) of the scores / eps, read in the first row pass
-        # Newton on the semi-dual where a dense m x m inverse is affordable
+        # Newton on the semi-dual where a dense m x m factorisation is affordable
         self.newton = Y.shape[0] <= _NEWTON_MAX
-        self.hessian = hessian if self.newton else None  # inverse of the scaled Hessian
+        self.hessian = hessian if self.newton else None  # LU factors of the scaled Hessian
 
     def logits(self, out):
         """L / eps on the support, (m, m), written into ``out``; RuntimeError if not finite."""
@@ -222,26 +228,30 @@ class _Run:
         return need > max(_NEWTON_MIN_SWEEPS, self.w.size / _NEWTON_SWEEPS)
 
     def inverse_hessian(self, a, b, r):
-        r"""The inverse of the semi-dual's Hessian at the plan ``buf`` scaled by ``a`` (rows) and
-        ``b`` (columns), ``r`` its column sums / w: :math:`(D_r - \tilde P^\top\tilde P +
-        ss^\top)^{-1}` with :math:`\tilde P_{ij} = \pi_{ij}/\sqrt{w_iw_j}` and :math:`s=\sqrt w`.
+        r"""The LU factors (``scipy.linalg.lu_factor``: a quarter of an inverse's work) of the
+        semi-dual's Hessian at the plan ``buf`` scaled by ``a`` (rows) and
+        ``b`` (columns), ``r`` its column sums / w: :math:`D_r - \tilde P^\top\tilde P +
+        ss^\top` with :math:`\tilde P_{ij} = \pi_{ij}/\sqrt{w_iw_j}` and :math:`s=\sqrt w`.
         Without the last term the matrix is :math:`W^{-1/2}` times minus the Hessian times
         :math:`W^{-1/2}`: positive semi-definite (Cauchy-Schwarz on the exact rows), with null
         vector s, which the last term maps to itself. None if singular. Counted as the plain
         sweeps it costs, ``m / _NEWTON_SWEEPS``."""
+        import scipy.linalg  # (not at import: tpde_lib's import stays light)
+
         self.it += max(1, round(self.w.size / _NEWTON_SWEEPS))
         sw = np.sqrt(self.w)
-        with single_blas():  # a dense product and inverse: BLAS on one thread, bitwise results
+        with single_blas():  # a dense product and factorisation: BLAS on one thread, bitwise results
             P = self.buf * (sw * a)[:, None]
             P *= (sw * b)[None, :]
             H = np.outer(sw, sw)
             H -= P.T @ P
             H.flat[:: r.size + 1] += r
-            try:
-                inverse = np.linalg.inv(H)
-            except np.linalg.LinAlgError:
-                return None
-        return inverse if np.all(np.isfinite(inverse)) else None
+            with warnings.catch_warnings():  # a zero pivot: checked below
+                warnings.simplefilter("ignore")
+                lu, piv = scipy.linalg.lu_factor(H, check_finite=False)
+        if not (np.all(np.isfinite(lu)) and np.all(np.diag(lu) != 0.0)):
+            return None
+        return lu, piv
 
     def newton_sweeps(self, g, T):
         r"""Plain Sinkhorn sweeps and Newton steps on the semi-dual, on the stabilised kernel
@@ -249,13 +259,13 @@ class _Run:
 
         The semi-dual :math:`h(g) = \langle w, g\rangle + \langle w, T(g)\rangle` is concave
         and its gradient is :math:`w - c`, c the column sums of the plan with exact rows. While
-        no inverse Hessian is known, plain sweeps run; when they are slow (:meth:`slow`) the
-        Hessian is inverted at the current plan (:meth:`inverse_hessian`), and then each step
-        moves :math:`l_b` by the inverse Hessian times the gradient, then the rows are made
+        no Hessian is factorised, plain sweeps run; when they are slow (:meth:`slow`) the
+        Hessian is factorised (LU) at the current plan (:meth:`inverse_hessian`), and then each step
+        moves :math:`l_b` by the Hessian solved against the gradient, then the rows are made
         exact (one pass of two products, counted). A step is halved until the semi-dual rises
         (Armijo, 1e-4) or, where that rise is at round-off level, the violation falls. An
-        inverse is kept across steps (and calls) while a step at least halves the violation
-        (a chord step), and computed again otherwise; where a step at a fresh inverse reduces
+        factorisation is kept across steps (and calls) while a step at least halves the violation
+        (a chord step), and computed again otherwise; where a step at a fresh one reduces
         the violation by less than 10 %, the solve goes on with over-relaxed sweeps
         (:meth:`alternating_sweeps`). Returns (g, f, done), f the exact row half-step of g when
         ``done``.
@@ -288,7 +298,8 @@ class _Run:
                 self.it += 1
                 continue
             rhs = sw * (1.0 - r)  # W^{-1/2} (w - c)
-            y = self.hessian @ rhs
+            with single_blas():
+                y = _lu_solve(self.hessian, rhs, check_finite=False)
             slope = float(rhs @ y)
             h = float(w @ (lb + la))  # the semi-dual, up to the constant <w, g + T>
             step, accepted = 1.0, False
@@ -440,7 +451,7 @@ def sinkhorn_potentials(
 
 def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0, hessian=None):
     """:func:`sinkhorn_potentials` on validated arguments (the Sinkhorn field's own calls), with
-    an inverse Hessian to start Newton from (``hessian``, returned as the fourth output)."""
+    the LU factors of a Hessian to start Newton from (``hessian``, returned as the fourth output)."""
     m = points.shape[0]
     g = np.zeros(m) if g0 is None else np.array(g0, dtype=float)
     symmetric = _is_symmetric(A)
@@ -479,7 +490,7 @@ class Sinkhorn(_Bilinear):
     :math:`A/\varepsilon`).
 
     Warm start: ``self.warm_start`` caches the last converged column potential,
-    over-relaxation factor and inverse Hessian of the Newton steps, if any (a dict with keys
+    over-relaxation factor and the LU factors of the Newton steps' Hessian, if any (a dict with keys
     ``"m"``, ``"symmetric"``, ``"g"``, ``"omega"``, ``"hessian"``),
     used as the start of the next call on as many tokens with the same symmetry of A, so the
     steps of a simulation start from the previous potentials; :meth:`reset` forgets it. The

@@ -19,7 +19,7 @@ _DENSE_BLOCK_ENTRIES = 32_768
 _MATVEC_ROWS = 128
 
 
-def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_div=None):
+def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_div=None, extent=None):
     r"""Fill ``out`` (n, m) with a kernel matrix, one cache-sized row block at a time, threaded.
 
     With the logits :math:`L = \mathrm{left}\,\mathrm{right}^	op + r_i + c_j` (``row_add``,
@@ -38,6 +38,9 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
     kind : None, "exp" or "softmax"
     row_add : ndarray, shape (n,), optional
     col_add, col_div : ndarray, shape (m,), optional
+    extent : ndarray, shape (2,), optional
+        Receives the smallest and largest entry of ``left @ right.T`` (two reductions per block,
+        read while the block is in cache).
 
     Returns
     -------
@@ -57,6 +60,7 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
     rows = max(1, min(n, _DENSE_BLOCK_ENTRIES // max(m, 1)))
     right_t = np.ascontiguousarray(right.T)
     finite = np.ones(-(-n // rows), dtype=bool)
+    lows, highs = (np.empty(finite.size), np.empty(finite.size)) if extent is not None else (None, None)
     row_max, row_sum = (np.empty(n), np.empty(n)) if kind == "softmax" else (None, None)
 
     def task(i):
@@ -64,6 +68,8 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
         L = out[r0:r1]
         np.matmul(left[r0:r1], right_t, out=L)
         finite[i] = np.isfinite(L).all()
+        if extent is not None:
+            lows[i], highs[i] = L.min(), L.max()
         if row_add is not None:
             L += row_add[r0:r1, None]
         if col_add is not None:
@@ -81,6 +87,8 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
 
     parallel_blocks(finite.size, task, n * m)
     finite = bool(finite.all())
+    if extent is not None:
+        extent[:] = lows.min(), highs.max()
     return (finite, row_max, row_sum) if kind == "softmax" else finite
 
 

@@ -26,6 +26,13 @@ over-relaxed when they are slow: the linear rate :math:`\lambda` of plain Sinkho
 and the updates become :math:`\log b\leftarrow(1-\omega)\log b-\omega\log(\tilde K^\top(w a))`
 (and likewise for :math:`a`) with :math:`\omega=2/(1+\sqrt{1-\lambda})\le 1.99`, the optimal SOR
 factor of a two-block iteration; a diverging over-relaxation falls back to :math:`\omega=1`.
+Where an m × m factorisation is affordable (m <= ``_NEWTON_MAX``) the alternating phase instead runs
+plain sweeps until their measured rate says they need more passes than a Newton step costs,
+then damped Newton steps on the concave semi-dual :math:`h(g)=\langle w,g\rangle+\langle w,
+T(g)\rangle` (its Hessian inverted at the current plan, kept for the next steps and the next
+call while they at least halve the violation; a step that reduces it by less than 10 % hands
+back to the over-relaxed sweeps). Clustered tokens make plain Sinkhorn slow (weakly coupled
+blocks of the kernel); Newton's steps move those blocks' potentials at once.
 
 Convergence: the marginal violation :math:`\sum_i|(\pi\mathbf 1)_i-w_i|` (L1, over the
 support) is compared with ``tol``, always on a plan whose rows are exact. It bounds the L2
@@ -47,12 +54,26 @@ from ._base import GaussianClosure, MatrixLike, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._dense import dense_kernel, matvec
 from ._kernels import engine_sums, normalised, weighted_values
-from ._threads import held_blas
+from ._threads import held_blas, single_blas
 
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
 _ABSORB = 30.0
 _SYMMETRIC_ITERS = 100
+#: Newton steps for at most this many tokens (an m x m product and LU factorisation per fresh Hessian)
+_NEWTON_MAX = 2000
+#: a fresh Hessian costs about m / _NEWTON_SWEEPS plain sweeps (measured, m = 200)
+_NEWTON_SWEEPS = 8.0
+#: plain sweeps still needed below which no Hessian is computed
+_NEWTON_MIN_SWEEPS = 20
+#: halvings of a fresh Newton step before Newton is given up for the solve
+_NEWTON_HALVINGS = 30
+
+
+def _lu_solve(*args, **kwargs):
+    import scipy.linalg
+
+    return scipy.linalg.lu_solve(*args, **kwargs)
 
 
 def _is_symmetric(A):
@@ -63,12 +84,16 @@ def _is_symmetric(A):
 class _Run:
     """The state of one solve (the kernel buffer, counters); not kept after the call."""
 
-    def __init__(self, Y, w, A, eps, tol, max_iter):
+    def __init__(self, Y, w, A, eps, tol, max_iter, hessian=None):
         self.Y, self.w, self.logw = Y, w, np.log(w)
         self.AT = A.T / eps
         self.tol, self.max_iter = tol, max_iter
         self.buf = np.empty((Y.shape[0],) * 2)
         self.it, self.err, self.errs = 0, np.inf, []
+        self.extent = None  # (min, max) of the scores / eps, read in the first row pass
+        # Newton on the semi-dual where a dense m x m factorisation is affordable
+        self.newton = Y.shape[0] <= _NEWTON_MAX
+        self.hessian = hessian if self.newton else None  # LU factors of the scaled Hessian
 
     def logits(self, out):
         """L / eps on the support, (m, m), written into ``out``; RuntimeError if not finite."""
@@ -81,16 +106,33 @@ class _Run:
     def row_pass(self, g):
         """T(g)_i = -LSE_j(L_ij/eps + g_j + log w_j); leaves in ``buf`` the row-normalised kernel
         exp(L_ij/eps + T_i + g_j) (entries <= 1/w_j)."""
+        extent = np.empty(2) if self.extent is None else None  # the scores: read once
         # threaded, one cache-sized row block at a time (speed)
         finite, c, s = dense_kernel(
-            self.Y @ self.AT, self.Y, self.buf, "softmax", col_add=g + self.logw, col_div=self.w
+            self.Y @ self.AT,
+            self.Y,
+            self.buf,
+            "softmax",
+            col_add=g + self.logw,
+            col_div=self.w,
+            extent=extent,
         )
         if not finite:
             self.logits(self.buf)  # raises the RuntimeError
+        if extent is not None:
+            self.extent = extent
         return -(c + np.log(s))
 
     def done(self):
         return self.err <= self.tol or self.it >= self.max_iter
+
+    def exact_pass(self, g):
+        """The plan (T(g), g), whose rows are exact: sets ``err`` to its L1 column violation (at
+        most 2, two probability vectors, whatever g) and returns T(g)."""
+        f = self.row_pass(g)  # buf: exp(L_ij/eps + T(g)_i + g_j)
+        Ka = matvec(self.buf, self.w, transpose=True)  # column sums / w_j
+        self.err = float(np.sum(self.w * np.abs(Ka - 1.0)))
+        return f
 
     def symmetric_sweeps(self, g, T):
         """Averaged symmetric updates phi <- (T phi + T T phi) / 2 from phi = g (T = T(g)).
@@ -173,19 +215,154 @@ class _Run:
             if not (np.all(np.isfinite(la)) and np.all(np.isfinite(lb))):
                 return g, False
 
+    def slow(self, cols):
+        """Whether plain sweeps, at the rate of the last two (``cols``: their column violations),
+        still need more than a Newton step costs, about ``m / _NEWTON_SWEEPS`` sweeps (and at
+        least ``_NEWTON_MIN_SWEEPS``)."""
+        if len(cols) < 3:
+            return False
+        rate = math.sqrt(cols[-1] / cols[-3]) if cols[-3] > 0.0 else 0.0
+        if not 0.0 < rate < 1.0:
+            return rate >= 1.0
+        need = math.log(self.tol / cols[-1]) / math.log(rate)
+        return need > max(_NEWTON_MIN_SWEEPS, self.w.size / _NEWTON_SWEEPS)
+
+    def inverse_hessian(self, a, b, r):
+        r"""The LU factors (``scipy.linalg.lu_factor``: a quarter of an inverse's work) of the
+        semi-dual's Hessian at the plan ``buf`` scaled by ``a`` (rows) and
+        ``b`` (columns), ``r`` its column sums / w: :math:`D_r - \tilde P^\top\tilde P +
+        ss^\top` with :math:`\tilde P_{ij} = \pi_{ij}/\sqrt{w_iw_j}` and :math:`s=\sqrt w`.
+        Without the last term the matrix is :math:`W^{-1/2}` times minus the Hessian times
+        :math:`W^{-1/2}`: positive semi-definite (Cauchy-Schwarz on the exact rows), with null
+        vector s, which the last term maps to itself. None if singular. Counted as the plain
+        sweeps it costs, ``m / _NEWTON_SWEEPS``."""
+        import scipy.linalg  # (not at import: tpde_lib's import stays light)
+
+        self.it += max(1, round(self.w.size / _NEWTON_SWEEPS))
+        sw = np.sqrt(self.w)
+        with single_blas():  # a dense product and factorisation: BLAS on one thread, bitwise results
+            P = self.buf * (sw * a)[:, None]
+            P *= (sw * b)[None, :]
+            H = np.outer(sw, sw)
+            H -= P.T @ P
+            H.flat[:: r.size + 1] += r
+            with warnings.catch_warnings():  # a zero pivot: checked below
+                warnings.simplefilter("ignore")
+                lu, piv = scipy.linalg.lu_factor(H, check_finite=False)
+        if not (np.all(np.isfinite(lu)) and np.all(np.diag(lu) != 0.0)):
+            return None
+        return lu, piv
+
+    def newton_sweeps(self, g, T):
+        r"""Plain Sinkhorn sweeps and Newton steps on the semi-dual, on the stabilised kernel
+        ``buf`` of (T, g) scaled by :math:`a = e^{l_a}` (rows, exact) and :math:`b = e^{l_b}`.
+
+        The semi-dual :math:`h(g) = \langle w, g\rangle + \langle w, T(g)\rangle` is concave
+        and its gradient is :math:`w - c`, c the column sums of the plan with exact rows. While
+        no Hessian is factorised, plain sweeps run; when they are slow (:meth:`slow`) the
+        Hessian is factorised (LU) at the current plan (:meth:`inverse_hessian`), and then each step
+        moves :math:`l_b` by the Hessian solved against the gradient, then the rows are made
+        exact (one pass of two products, counted). A step is halved until the semi-dual rises
+        (Armijo, 1e-4) or, where that rise is at round-off level, the violation falls. An
+        factorisation is kept across steps (and calls) while a step at least halves the violation
+        (a chord step), and computed again otherwise; where a step at a fresh one reduces
+        the violation by less than 10 %, the solve goes on with over-relaxed sweeps
+        (:meth:`alternating_sweeps`). Returns (g, f, done), f the exact row half-step of g when
+        ``done``.
+        """
+        w, buf = self.w, self.buf
+        sw = np.sqrt(w)
+        la, lb = np.zeros(g.size), np.zeros(g.size)
+        a, b = np.ones(g.size), np.ones(g.size)
+        Ka = matvec(buf, w, transpose=True)  # column sums / w_j of the plan (a, b)
+        cols, fresh = [], False
+        while True:
+            r = b * Ka
+            self.err = float(np.sum(w * np.abs(r - 1.0)))
+            if self.done():
+                return g + lb, T + la, True
+            if not np.isfinite(self.err) or max(np.abs(la).max(), np.abs(lb).max()) > _ABSORB:
+                return g + lb, None, False  # absorb into the potentials (a row pass)
+            if self.hessian is None and self.slow(cols):
+                self.hessian, fresh = self.inverse_hessian(a, b, r), True
+                if self.hessian is None:
+                    self.newton = False  # singular: over-relaxed sweeps from here
+                    return g + lb, T + la, False
+            if self.hessian is None:  # a plain sweep
+                cols.append(self.err)
+                lb = -np.log(Ka)
+                Kb = matvec(buf, w / Ka)
+                la = -np.log(Kb)
+                a, b = 1.0 / Kb, 1.0 / Ka
+                Ka = matvec(buf, w * a, transpose=True)
+                self.it += 1
+                continue
+            rhs = sw * (1.0 - r)  # W^{-1/2} (w - c)
+            with single_blas():
+                y = _lu_solve(self.hessian, rhs, check_finite=False)
+            slope = float(rhs @ y)
+            h = float(w @ (lb + la))  # the semi-dual, up to the constant <w, g + T>
+            step, accepted = 1.0, False
+            if slope > 0.0:
+                dg = y / sw
+                for _ in range(_NEWTON_HALVINGS):
+                    self.it += 1
+                    lb1 = lb + step * dg
+                    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                        b1 = np.exp(lb1)  # a step too long overflows: it is halved
+                        Kb = matvec(buf, w * b1)
+                        la1 = -np.log(Kb)
+                        Ka1 = matvec(buf, w / Kb, transpose=True)
+                        err1 = float(np.sum(w * np.abs(b1 * Ka1 - 1.0)))
+                        rise = float(w @ (lb1 + la1)) - h - 1e-4 * step * slope
+                    if (
+                        np.isfinite(err1)
+                        and np.isfinite(rise)
+                        and (rise >= 0.0 or (slope < 1e-12 and err1 < self.err))
+                    ):
+                        accepted = True
+                        break
+                    if self.it >= self.max_iter or not fresh:
+                        break  # (a chord step is not halved: the inverse is renewed instead)
+                    step *= 0.5
+            if fresh and (not accepted or err1 > 0.9 * self.err):
+                # a Newton step at a fresh Hessian that does not reduce the violation (the
+                # kernel near-singular, its scores spanning hundreds): over-relaxed sweeps
+                self.newton, self.hessian = False, None
+                return g + lb, None, False  # (from before that step)
+            if accepted:
+                stale = err1 > 0.5 * self.err
+                la, lb, a, b, Ka = la1, lb1, 1.0 / Kb, b1, Ka1
+            else:
+                stale = True
+            if stale and self.it < self.max_iter:  # the inverse again, at the current plan
+                self.hessian, fresh = self.inverse_hessian(a, b, b * Ka), True
+                if self.hessian is None:
+                    self.newton = False
+                    return g + lb, None, False
+            else:
+                fresh = False
+
     def solve(self, g, omega, symmetric):
+        """Iterate from the column potential ``g``; returns (g, f), f the exact row half-step
+        of g when the loop knows it (its plan's column violation then in ``err``), else None."""
         self.omega, self.cap = omega, 1.99
-        use_symmetric = symmetric
+        self.mode = "symmetric" if symmetric else "alternating"
         first = True
         while True:
             if not first:
                 self.it += 1  # every log-domain pass counts: the loop always ends
             first = False
             T = self.row_pass(g)
-            if use_symmetric:
+            f = None
+            if self.mode == "symmetric":
                 g, done = self.symmetric_sweeps(g, T)
                 if not done and self.it >= _SYMMETRIC_ITERS:
-                    use_symmetric = False  # slow: switch to over-relaxed alternation
+                    # slow: switch to over-relaxed alternation (Newton, measured there at
+                    # eps = 0.03, made no progress and left a worse start)
+                    self.mode, self.newton = "alternating", False
+            elif self.newton:
+                g, f, done = self.newton_sweeps(g, T)
             else:
                 g, done = self.alternating_sweeps(g)
             if not np.all(np.isfinite(g)):
@@ -193,18 +370,8 @@ class _Run:
                     f"Sinkhorn potentials are not finite after {self.it} "
                     "iterations (eps too small for these scores?)"
                 )
-            if done:
-                return g
-            if self.it >= self.max_iter:
-                self.err = self.column_violation(g)
-                return g
-
-    def column_violation(self, g):
-        """L1 column violation of the plan (T(g), g), whose rows are exact: the plan the field
-        averages over. At most 2 (two probability vectors), whatever g."""
-        self.row_pass(g)  # buf: exp(L_ij/eps + T(g)_i + g_j)
-        Ka = matvec(self.buf, self.w, transpose=True)  # column sums / w_j
-        return float(np.sum(self.w * np.abs(Ka - 1.0)))
+            if done or self.it >= self.max_iter:
+                return g, f if done else None
 
 
 def sinkhorn_potentials(
@@ -279,33 +446,36 @@ def sinkhorn_potentials(
         raise ValueError(f"omega0 must be in [1, 2) (an over-relaxation factor), got {omega0!r}")
     g0 = None if g0 is None else as_float_array("g0", g0, shape=(m,))
     with held_blas(m * m):  # BLAS on one thread while the solver runs its own
-        return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)
+        return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)[:3]
 
 
-def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0):
-    """:func:`sinkhorn_potentials` on validated arguments (the Sinkhorn field's own calls)."""
+def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0, hessian=None):
+    """:func:`sinkhorn_potentials` on validated arguments (the Sinkhorn field's own calls), with
+    the LU factors of a Hessian to start Newton from (``hessian``, returned as the fourth output)."""
     m = points.shape[0]
     g = np.zeros(m) if g0 is None else np.array(g0, dtype=float)
     symmetric = _is_symmetric(A)
-    run = _Run(points, weights, A, eps, tol, max_iter)
-    g = run.solve(g, float(omega0), symmetric)
-    if symmetric and run.err <= tol:
+    run = _Run(points, weights, A, eps, tol, max_iter, hessian)
+    g, f = run.solve(g, float(omega0), symmetric)
+    if symmetric and run.mode == "symmetric" and run.err <= tol:
         f = g.copy()  # err is the row (= column) violation of the symmetric plan (g, g)
-    else:
+    elif f is None:
         # f is the exact row half-step of g, and err the column violation of that plan (f, g):
         # what is returned, not an iterate of the loop
-        run.err = run.column_violation(g)
-        f = run.row_pass(g)
-    L = run.logits(run.buf)
+        f = run.exact_pass(g)
+    if symmetric and run.mode != "symmetric" and run.err <= tol:
+        # converged by alternation: f = g + c for a constant c (up to tol), and (f + g) / 2 on
+        # both sides gives the same plan with the symmetric gauge f = g
+        f = g = 0.5 * (f + g)
     log = {
         "n_iter": run.it,
         "err": run.err,
         "converged": run.err <= tol,
         "symmetric": symmetric,
         "omega": run.omega,
-        "span": float(L.max() - L.min()),
+        "span": float(run.extent[1] - run.extent[0]),
     }
-    return f, g, log
+    return f, g, log, run.hessian
 
 
 class Sinkhorn(_Bilinear):
@@ -319,8 +489,9 @@ class Sinkhorn(_Bilinear):
     (the conditional is normalised row by row; with :math:`g=0` this is softmax attention with
     :math:`A/\varepsilon`).
 
-    Warm start: ``self.warm_start`` caches the last converged column potential and
-    over-relaxation factor (a dict with keys ``"m"``, ``"symmetric"``, ``"g"``, ``"omega"``),
+    Warm start: ``self.warm_start`` caches the last converged column potential,
+    over-relaxation factor and the LU factors of the Newton steps' Hessian, if any (a dict with keys
+    ``"m"``, ``"symmetric"``, ``"g"``, ``"omega"``, ``"hessian"``),
     used as the start of the next call on as many tokens with the same symmetry of A, so the
     steps of a simulation start from the previous potentials; :meth:`reset` forgets it. The
     converged result does not depend on the start (up to ``tol``). It is the only state kept.
@@ -424,7 +595,7 @@ class Sinkhorn(_Bilinear):
         warm = self.warm_start
         fits = warm is not None and warm["m"] == Y.shape[0] and warm["symmetric"] == _is_symmetric(A)
         with held_blas(Y.shape[0] * Y.shape[0]):
-            f, g, log = _potentials(
+            f, g, log, hessian = _potentials(
                 Y,
                 w,
                 A,
@@ -433,6 +604,7 @@ class Sinkhorn(_Bilinear):
                 self.max_iter,
                 warm["g"] if fits else None,
                 warm["omega"] if fits else 1.0,
+                warm["hessian"] if fits else None,
             )
         self.last_log = log
         if log["converged"]:
@@ -441,6 +613,7 @@ class Sinkhorn(_Bilinear):
                 "symmetric": log["symmetric"],
                 "g": g.copy(),
                 "omega": log["omega"],
+                "hessian": hessian,
             }
         else:
             msg = (

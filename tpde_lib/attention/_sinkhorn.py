@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import gaussian as closures  # the Gaussian closures' right-hand sides
-from .._checks import as_at_least, as_count, as_flag, as_float_array, as_positive
+from .._checks import as_at_least, as_count, as_finite, as_flag, as_float_array, as_positive
 from ._base import GaussianClosure, MatrixLike, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._dense import dense_kernel, matvec
@@ -464,9 +464,9 @@ class Sinkhorn(_Bilinear):
             for the m tokens of positive weight (``f = g`` for symmetric A).
         support : ndarray of bool, shape (n,)
         """
-        mu = as_measure(mu)
-        Y, w, A, keep = self._prepare(mu.points, mu.weights, float(t))
-        f, g = self._solve(Y, w, A, float(t))
+        mu, t = as_measure(mu), as_finite("t", t)
+        Y, w, A, keep = self._prepare(mu.points, mu.weights, t)
+        f, g = self._solve(Y, w, A, t)
         return f, g, keep
 
     def plan(self, mu, t=0.0):
@@ -475,7 +475,7 @@ class Sinkhorn(_Bilinear):
         Rows and columns of zero-weight tokens are zero; both marginals are the weights up to
         ``tol`` (L1). ``velocity`` is ``V`` times this plan's row-normalised barycentres.
         """
-        mu = as_measure(mu)
+        mu, t = as_measure(mu), as_finite("t", t)
         f, g, keep = self.potentials(mu, t)
         Y, w = mu.points[keep], mu.weights[keep]
         logits = Y @ (self.A(t).T / self.eps) @ Y.T + f[:, None] + g[None, :]

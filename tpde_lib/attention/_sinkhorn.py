@@ -171,7 +171,7 @@ class _Run:
             if max(np.abs(la).max(), np.abs(lb).max()) > _ABSORB:
                 return g + lb, False
             if not (np.all(np.isfinite(la)) and np.all(np.isfinite(lb))):
-                return g, False
+                return None, False  # the scalings under/overflow: an exact log-domain half-step
 
     def solve(self, g, omega, symmetric):
         self.omega, self.cap = omega, 1.99
@@ -187,7 +187,10 @@ class _Run:
                 if not done and self.it >= _SYMMETRIC_ITERS:
                     use_symmetric = False  # slow: switch to over-relaxed alternation
             else:
-                g, done = self.alternating_sweeps(g)
+                g_new, done = self.alternating_sweeps(g)
+                # scalings out of range (a warm start far from the solution: whole columns of the
+                # stabilised kernel underflow), an exact log-domain column half-step instead
+                g = self.column_pass(T) if g_new is None else g_new
             if not np.all(np.isfinite(g)):
                 raise RuntimeError(
                     f"Sinkhorn potentials are not finite after {self.it} "
@@ -198,6 +201,17 @@ class _Run:
             if self.it >= self.max_iter:
                 self.err = self.column_violation(g)
                 return g
+
+    def column_pass(self, f):
+        """The exact log-domain column half-step -LSE_i(L_ij/eps + f_i + log w_i) (counted as an
+        iteration); finite whatever ``f``, so a run from any warm start progresses."""
+        self.it += 1
+        finite, c, s = dense_kernel(
+            self.Y @ self.AT.T, self.Y, self.buf, "softmax", col_add=f + self.logw, col_div=self.w
+        )
+        if not finite:
+            self.logits(self.buf)  # raises the RuntimeError
+        return -(c + np.log(s))
 
     def column_violation(self, g):
         """L1 column violation of the plan (T(g), g), whose rows are exact: the plan the field
@@ -288,7 +302,10 @@ def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0):
     g = np.zeros(m) if g0 is None else np.array(g0, dtype=float)
     symmetric = _is_symmetric(A)
     run = _Run(points, weights, A, eps, tol, max_iter)
-    g = run.solve(g, float(omega0), symmetric)
+    # far from the solution the scalings may overflow: detected and handled (finite checks),
+    # so numpy's warnings are not the reader's business
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        g = run.solve(g, float(omega0), symmetric)
     if symmetric and run.err <= tol:
         f = g.copy()  # err is the row (= column) violation of the symmetric plan (g, g)
     else:

@@ -633,3 +633,30 @@ def test_sinkhorn_reports_the_violation_of_the_plan_it_returns_when_out_of_itera
     assert np.allclose(rows, w, rtol=1e-10, atol=0)
     violation = np.abs(cols - w).sum()
     assert 0 < log["err"] <= 2 and log["err"] == pytest.approx(violation, rel=1e-8)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("scale", [40.0, 1e3])
+def test_sinkhorn_reports_convergence_only_when_the_returned_plan_meets_tol(symmetric, scale):
+    # a warm start far from the solution (the issue: one reported convergence while missing the
+    # marginals by 6e-5). Whenever the log says converged, both marginals of the returned plan,
+    # recomputed here in the log domain, are within tol (L1); and the reported err is theirs.
+    from scipy.special import logsumexp
+
+    from tpde_lib import sinkhorn_potentials
+
+    rng = np.random.default_rng(7)
+    x = 1.5 * rng.standard_normal((40, 2))
+    w = np.full(40, 1 / 40)
+    A = np.array([[0.8, 0.6], [-0.2, 0.5]])
+    A = 0.5 * (A + A.T) if symmetric else A
+    tol = 1e-9
+    for seed in range(4):
+        g0 = scale * np.random.default_rng(seed).standard_normal(40)
+        f, g, log = sinkhorn_potentials(x, w, A, eps=0.5, tol=tol, g0=g0)
+        logP = x @ A.T @ x.T / 0.5 + f[:, None] + g[None, :] + np.log(w)[:, None] + np.log(w)[None, :]
+        rows = np.abs(np.exp(logsumexp(logP, axis=1)) - w).sum()
+        cols = np.abs(np.exp(logsumexp(logP, axis=0)) - w).sum()
+        assert log["converged"], log
+        assert max(rows, cols) <= tol * (1 + 1e-6) + 1e-15, (rows, cols, log)
+        assert log["err"] == pytest.approx(max(rows, cols), rel=1e-3, abs=1e-14)

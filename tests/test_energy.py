@@ -67,6 +67,35 @@ def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
     assert en.sinkhorn_energy(mu, A, eps) == pytest.approx(_primal_value(plan, X, w, A, eps), abs=1e-10)
 
 
+def _pot_stopping_early(monkeypatch, log_u):
+    """POT replaced by a solver that reports convergence (err 0) at the scalings ``log_u``."""
+    import ot
+
+    def fake(a, b, M, reg, **kwargs):
+        return np.outer(a, b), {"err": [0.0], "log_u": log_u, "log_v": np.zeros_like(b)}
+
+    monkeypatch.setattr(ot, "sinkhorn", fake)
+
+
+def test_sinkhorn_energy_checks_the_returned_plan_not_pots_report(monkeypatch):
+    # POT's stopping test runs on its own iterate; the value returned comes from the polished
+    # plan, whose marginals are checked again. A solver that reports convergence from a start far
+    # from the solution must still give the right value (more polishing sweeps) ...
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((30, 2))
+    w = rng.uniform(0.5, 1.5, 30)
+    w /= w.sum()
+    mu, eps = Empirical(X, w), 0.7
+    plan = Sinkhorn(A_GEN, I2, eps=eps, tol=1e-13).plan(mu)
+    ref = _primal_value(plan, X, w, A_GEN, eps)
+    _pot_stopping_early(monkeypatch, rng.standard_normal(30) * 20.0)
+    assert en.sinkhorn_energy(mu, A_GEN, eps) == pytest.approx(ref, abs=1e-10)
+    # ... or raise when the polishing budget cannot reach tol, never return that value
+    monkeypatch.setattr("tpde_lib.energy._particles._POLISH", 0)
+    with pytest.raises(RuntimeError, match="returned plan's marginal violation"):
+        en.sinkhorn_energy(mu, A_GEN, eps)
+
+
 def test_sinkhorn_energy_of_a_dirac_is_half_the_cost():
     # the only coupling of delta_x with itself is delta_(x,x): KL = 0, F = -<Ax, x>/2
     x = np.array([[0.4, -1.1]])

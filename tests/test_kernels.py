@@ -781,3 +781,32 @@ def test_velocity_holds_blas_for_any_large_field_only(two_blas_threads):
     att.velocity(X)
     att.velocity(X[:100])
     assert att.seen == [1, 2] and set(_blas_threads()) == {2}
+
+
+def test_an_interrupt_while_blas_is_being_limited_restores_what_was_limited(monkeypatch):
+    # the hold limits the BLAS libraries one after another: an interrupt (or an error of the
+    # library) half-way must give back the ones already limited and leave no hold behind
+    from tpde_lib.attention import _threads
+
+    class Lib:
+        def __init__(self, k, fail=False):
+            self.k, self.fail = k, fail
+
+        def get_num_threads(self):
+            return self.k
+
+        def set_num_threads(self, k):
+            if self.fail:
+                raise KeyboardInterrupt
+            self.k = k
+
+    libs = [Lib(4), Lib(3, fail=True)]
+    monkeypatch.setattr(_threads, "_blas_controllers", lambda: libs)
+    with pytest.raises(KeyboardInterrupt):
+        _threads._enter_hold()
+    assert [lib.k for lib in libs] == [4, 3]
+    assert _threads._hold == {"depth": 0, "saved": []}
+    libs[1].fail = False
+    with _threads._Held():
+        assert [lib.k for lib in libs] == [1, 1]
+    assert [lib.k for lib in libs] == [4, 3] and _threads._hold["depth"] == 0

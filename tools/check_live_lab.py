@@ -19,13 +19,15 @@ every address other than 127.0.0.1 blocked. For every Jupytext notebook listed i
    the key press (or selection) to the new image decoded in the page; an error or warning
    shown in the panel fails; then, in the chapter's kernel (no second execution of the
    chapter), moves every control over its whole range as ``tools/time_panels.py`` does and
-   checks that no redraw takes more than ``--cpu-budget-ms`` (150) of the kernel's CPU time;
+   prints every control's worst redraw, OVER BUDGET above ``--cpu-budget-ms`` (150) of the
+   kernel's CPU time;
 4. closes the notebook without saving (``--save``: saves it first, as JupyterLab's autosave
    would), shutting its kernel down.
 
 At the end ``git status --porcelain`` must be what it was before: opening, running and closing
 chapters (with JupyterLab's autosave on) changes no file. Key press -> figure times are compared
-with the budget of 0.3 s; one above ``--fail-factor`` times the budget (default 1) fails. Prints
+with the budget of 0.3 s. A time (key press -> figure, or a redraw's CPU) above ``--fail-factor``
+times its budget (default 3) fails. Prints
 one line per failure and a closing ``N passed, N failed`` line (one verdict per notebook); exits 1 on any
 failure.
 """
@@ -281,9 +283,10 @@ print(_json.dumps(_report))
 """
 
 
-def time_panels_in_kernel(page, path, budget_ms, report, fail):
+def time_panels_in_kernel(page, path, budget_ms, fail_factor, report, fail):
     """Every control of every live panel over its whole range, timed in the chapter's kernel
-    (CPU time per redraw, ``tools/time_panels.py``); fails above ``budget_ms``."""
+    (CPU time per redraw, ``tools/time_panels.py``); prints OVER BUDGET above ``budget_ms`` and
+    fails above ``fail_factor`` times it."""
     code = _TIME_PANELS.format(tools=str(ROOT / "tools"), budget=budget_ms / 1000)
     result = page.evaluate(_KERNEL_EXEC, [path, code])
     if result.get("error"):
@@ -298,10 +301,10 @@ def time_panels_in_kernel(page, path, budget_ms, report, fail):
                 f"    panel {k} {name}: worst redraw {1000 * cpu:4.0f} ms of kernel CPU over its range "
                 f"(at {where}; budget {budget_ms:g} ms){'  OVER BUDGET' if over else ''}"
             )
-            if over:
+            if 1000 * cpu > fail_factor * budget_ms:
                 fail(
                     f"panel {k} {name}: a redraw took {1000 * cpu:.0f} ms of CPU at {where} "
-                    f"(budget {budget_ms:g} ms)"
+                    f"(> {fail_factor:g} x budget {budget_ms:g} ms)"
                 )
         for f in panel["failures"]:
             fail(f"panel {k}: {f}")
@@ -381,7 +384,7 @@ def git_status():
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("notebooks", nargs="*", help="paths relative to the repository (default: _toc.yml)")
-    ap.add_argument("--fail-factor", type=float, default=1.0)
+    ap.add_argument("--fail-factor", type=float, default=3.0)
     ap.add_argument(
         "--cpu-budget-ms",
         type=float,
@@ -447,7 +450,7 @@ def main(argv=None):
                         if not run["problems"]:
                             exercise_panels(page, run["panels"], budget, args.fail_factor, print, fail)
                             if run["panels"] and args.cpu_budget_ms > 0:
-                                time_panels_in_kernel(page, path, args.cpu_budget_ms, print, fail)
+                                time_panels_in_kernel(page, path, args.cpu_budget_ms, args.fail_factor, print, fail)
                     closed = page.evaluate(_CLOSE, [path, args.save])
                     if closed != "closed":
                         fail(f"could not close: {closed}")

@@ -76,6 +76,15 @@ def _describe_shape(shape):
     return f"({inner},)" if len(shape) == 1 else f"({inner})"
 
 
+def as_ndarray(name, value):
+    """``np.asarray(value)``, with a ragged nested sequence reported as a ``ValueError`` naming
+    ``name`` (numpy's own message names nothing). No dtype or shape check."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} must be a rectangular array ({exc})") from exc
+
+
 def _real_dtype_array(name, value):
     """``value`` as a float64 array if it is real numeric, else ``TypeError`` naming ``name``."""
     if callable(value):

@@ -453,7 +453,10 @@ def _adaptive(field, out, times, rtol, atol, solver_cls, filled, max_steps, norm
         filled[0] = k + 2
 
 
-def depth(times, h):
-    """Number of residual layers (Euler steps of size ``h``) between ``times[0]`` and ``times[-1]``."""
+def depth(times: ArrayLike, h: float | None) -> int:
+    """Number of residual layers (Euler steps of size ``h``) between ``times[0]`` and ``times[-1]``.
+
+    ``h=None`` counts the steps :func:`simulate` takes by default with ``method="euler"``.
+    """
     times = as_times("times", times)
     return sum(int(c) for c in _step_counts(times, h, "euler")[0])

@@ -37,6 +37,7 @@ A minimal variant sets ``self.d`` (and ``self.causal``, default False) and imple
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import as_float_array
+from .._checks import as_at_least, as_finite, as_float_array, as_positive
 from .._params import Param
 from ..measures import Empirical
 from ._threads import held_blas
@@ -56,6 +57,9 @@ MatrixLike = ArrayLike | Callable[[float], ArrayLike]
 
 #: the methods that belong to the class defining the field (never inherited across a new field)
 PROTOCOL = ("gaussian_rhs", "batched_closure", "growth_rate", "support_radius", "log_lipschitz", "mobility")
+#: the protocol methods whose arguments are checked on entry (not the closures: they check their
+#: own, once per call, on the ODE solvers' hot path)
+_CHECKED_METHODS = ("growth_rate", "support_radius", "log_lipschitz", "mobility")
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,52 @@ def _field_owner(att):
     return Attention
 
 
+#: the arguments of the stability and mobility methods, checked before a variant's formula
+#: runs (the variant's own and a reader's alike): ``(name, value) -> checked value``
+_STABILITY_ARGS = {
+    "t": as_finite,
+    "R": as_positive,
+    "R0": as_positive,
+    "T": lambda name, value: as_at_least(name, value, 0.0),
+    "times": lambda name, value: as_float_array(name, value, ndim=1),
+}
+
+
+def _stability_checker(func):
+    """A function checking the arguments of ``func`` that :data:`_STABILITY_ARGS` names, by name
+    (positional or keyword), and returning them checked; None when ``func`` has none."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):  # pragma: no cover - a builtin
+        return None
+    names = [n for n in sig.parameters if n in _STABILITY_ARGS]
+    if not names:
+        return None
+
+    def check(self, args, kwargs):
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError:
+            return args, kwargs  # the call itself raises its own TypeError
+        for name in names:
+            if name in bound.arguments:
+                bound.arguments[name] = _STABILITY_ARGS[name](name, bound.arguments[name])
+        return bound.args[1:], bound.kwargs
+
+    return check
+
+
 def _guarded(method, func, owner):
     """``func`` (defined in the body of ``owner``) usable only by variants whose field is
     ``owner``'s own or a field that ``owner`` inherits: a formula belongs to the field it was
-    derived for."""
+    derived for. The arguments of the stability and mobility methods (``t``, ``R``, ``R0``,
+    ``T``, ``times``) are checked first (:data:`_STABILITY_ARGS`)."""
+    check = _stability_checker(func) if method in _CHECKED_METHODS else None
 
     @functools.wraps(func)
     def guarded(self, *args, **kwargs):
+        if check is not None:
+            args, kwargs = check(self, args, kwargs)
         source = _field_owner(self)
         if source is None or not issubclass(owner, source):
             where = "on the instance" if source is None else f"in {source.__name__}"
@@ -363,6 +406,8 @@ class Attention:
         times : ndarray
             Grid on :math:`[0, T]` for the supremum of a time-dependent :math:`c(t)`.
         """
+        T, R0 = as_at_least("T", T, 0.0), as_positive("R0", R0)
+        times = as_float_array("times", times, ndim=1)
         rate = max(self.growth_rate(float(t)) for t in times)
         return R0 * np.exp(rate * T)
 

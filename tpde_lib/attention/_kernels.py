@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._checks import as_ndarray
 from ._shifts import _loose_blocks, _shift_bounds, _unshifted
 from ._threads import _PARALLEL_ENTRIES, get_num_threads, held_blas, parallel_blocks, set_num_threads
 
@@ -416,7 +417,7 @@ def kernel_sums(
         raise ValueError("q_pos and k_pos must be given together (masked attention) or not at all")
     n, m = queries.shape[0], keys.shape[0]
     if q_pos is not None:
-        q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
+        q_pos, k_pos = as_ndarray("q_pos", q_pos), as_ndarray("k_pos", k_pos)
         if q_pos.dtype.kind not in "fiu" or k_pos.dtype.kind not in "fiu":
             raise TypeError(
                 f"q_pos and k_pos must be real arrays, got dtypes {q_pos.dtype} and {k_pos.dtype}"

@@ -49,7 +49,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import gaussian as closures  # the Gaussian closures' right-hand sides
-from .._checks import as_at_least, as_count, as_flag, as_float_array, as_positive
+from .._checks import as_at_least, as_count, as_finite, as_flag, as_float_array, as_positive
 from ._base import GaussianClosure, MatrixLike, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._dense import dense_kernel, matvec
@@ -213,7 +213,7 @@ class _Run:
             if max(np.abs(la).max(), np.abs(lb).max()) > _ABSORB:
                 return g + lb, False
             if not (np.all(np.isfinite(la)) and np.all(np.isfinite(lb))):
-                return g, False
+                return None, False  # the scalings under/overflow: an exact log-domain half-step
 
     def slow(self, cols):
         """Whether plain sweeps, at the rate of the last two (``cols``: their column violations),
@@ -282,7 +282,8 @@ class _Run:
             if self.done():
                 return g + lb, T + la, True
             if not np.isfinite(self.err) or max(np.abs(la).max(), np.abs(lb).max()) > _ABSORB:
-                return g + lb, None, False  # absorb into the potentials (a row pass)
+                g = g + lb  # absorb into the potentials (a row pass); None: the scalings
+                return (g if np.all(np.isfinite(g)) else None), None, False  # under/overflowed
             if self.hessian is None and self.slow(cols):
                 self.hessian, fresh = self.inverse_hessian(a, b, r), True
                 if self.hessian is None:
@@ -361,10 +362,14 @@ class _Run:
                     # slow: switch to over-relaxed alternation (Newton, measured there at
                     # eps = 0.03, made no progress and left a worse start)
                     self.mode, self.newton = "alternating", False
-            elif self.newton:
-                g, f, done = self.newton_sweeps(g, T)
             else:
-                g, done = self.alternating_sweeps(g)
+                if self.newton:
+                    g_new, f, done = self.newton_sweeps(g, T)
+                else:
+                    g_new, done = self.alternating_sweeps(g)
+                # scalings out of range (a warm start far from the solution: whole columns of the
+                # stabilised kernel underflow), an exact log-domain column half-step instead
+                g = self.column_pass(T) if g_new is None else g_new
             if not np.all(np.isfinite(g)):
                 raise RuntimeError(
                     f"Sinkhorn potentials are not finite after {self.it} "
@@ -372,6 +377,17 @@ class _Run:
                 )
             if done or self.it >= self.max_iter:
                 return g, f if done else None
+
+    def column_pass(self, f):
+        """The exact log-domain column half-step -LSE_i(L_ij/eps + f_i + log w_i) (counted as an
+        iteration); finite whatever ``f``, so a run from any warm start progresses."""
+        self.it += 1
+        finite, c, s = dense_kernel(
+            self.Y @ self.AT.T, self.Y, self.buf, "softmax", col_add=f + self.logw, col_div=self.w
+        )
+        if not finite:
+            self.logits(self.buf)  # raises the RuntimeError
+        return -(c + np.log(s))
 
 
 def sinkhorn_potentials(
@@ -456,7 +472,10 @@ def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0, hessian=None
     g = np.zeros(m) if g0 is None else np.array(g0, dtype=float)
     symmetric = _is_symmetric(A)
     run = _Run(points, weights, A, eps, tol, max_iter, hessian)
-    g, f = run.solve(g, float(omega0), symmetric)
+    # far from the solution the scalings may overflow: detected and handled (finite checks),
+    # so numpy's warnings are not the reader's business
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        g, f = run.solve(g, float(omega0), symmetric)
     if symmetric and run.mode == "symmetric" and run.err <= tol:
         f = g.copy()  # err is the row (= column) violation of the symmetric plan (g, g)
     elif f is None:
@@ -637,9 +656,9 @@ class Sinkhorn(_Bilinear):
             for the m tokens of positive weight (``f = g`` for symmetric A).
         support : ndarray of bool, shape (n,)
         """
-        mu = as_measure(mu)
-        Y, w, A, keep = self._prepare(mu.points, mu.weights, float(t))
-        f, g = self._solve(Y, w, A, float(t))
+        mu, t = as_measure(mu), as_finite("t", t)
+        Y, w, A, keep = self._prepare(mu.points, mu.weights, t)
+        f, g = self._solve(Y, w, A, t)
         return f, g, keep
 
     def plan(self, mu, t=0.0):
@@ -648,7 +667,7 @@ class Sinkhorn(_Bilinear):
         Rows and columns of zero-weight tokens are zero; both marginals are the weights up to
         ``tol`` (L1). ``velocity`` is ``V`` times this plan's row-normalised barycentres.
         """
-        mu = as_measure(mu)
+        mu, t = as_measure(mu), as_finite("t", t)
         f, g, keep = self.potentials(mu, t)
         Y, w = mu.points[keep], mu.weights[keep]
         logits = Y @ (self.A(t).T / self.eps) @ Y.T + f[:, None] + g[None, :]

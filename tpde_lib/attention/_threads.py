@@ -136,11 +136,16 @@ def _enter_hold():
     with _lock:
         if _hold["depth"] == 0:
             saved = []
-            for c in _blas_controllers():
-                k = c.get_num_threads()
-                if k != 1:
-                    c.set_num_threads(1)
-                    saved.append((c, k))
+            try:
+                for c in _blas_controllers():
+                    k = c.get_num_threads()
+                    if k != 1:
+                        saved.append((c, k))  # before the change: undone below if it fails
+                        c.set_num_threads(1)
+            except BaseException:  # an interrupt or a library error half-way: undo, hold nothing
+                for c, k in saved:
+                    c.set_num_threads(k)
+                raise
             _hold["saved"] = saved
         _hold["depth"] += 1
 

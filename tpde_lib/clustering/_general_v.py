@@ -14,6 +14,7 @@ from .._checks import (
     as_covariance,
     as_float_array,
     as_generator,
+    as_index,
     as_nonsingular,
     as_positive,
     as_seed,
@@ -285,9 +286,9 @@ class Counterexamples:
         return self.hits.size / self.survey.A.shape[0]
 
     def example(self, k=0):
-        """``(A, V, blowup_time)`` of the ``k``-th counterexample."""
-        if self.hits.size <= k:
-            raise IndexError(f"only {self.hits.size} counterexamples found")
+        """``(A, V, blowup_time)`` of the ``k``-th counterexample (``k`` an integer index,
+        negative from the end; ``IndexError`` giving how many were found otherwise)."""
+        k = as_index("k", k, self.hits.size, what="counterexamples found")
         i = self.hits[k]
         return self.survey.A[i], self.survey.V[i], float(self.survey.blowup_time[i])
 

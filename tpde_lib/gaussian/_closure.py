@@ -490,12 +490,22 @@ def covariance_rhs(att: Attention | Sequence[Attention]) -> Callable[[ArrayLike]
     -------
     callable
         ``rhs(S)`` with ``S`` of shape (B, d, d) (or (d, d) for one attention), returning the
-        same shape. With a sequence, member ``b`` of ``S`` uses ``att[b]``.
+        same shape. With a sequence, member ``b`` of ``S`` uses ``att[b]``. ``S`` must be real
+        of that shape (``TypeError``/``ValueError`` naming it); non-finite entries pass through
+        (the scheme that calls it reports them with their step).
     """
     f = BatchRhs(att)
+    d, members = f.d, None if len(f.atts) == 1 else len(f.atts)
 
     def rhs(S):
-        S = np.asarray(S, dtype=float)
+        S = _real_dtype_array("S", S)
+        if (
+            S.ndim not in (2, 3)
+            or S.shape[-2:] != (d, d)
+            or (S.ndim == 3 and members not in (None, S.shape[0]))
+        ):
+            want = f"({d}, {d}) or (B, {d}, {d})" if members is None else f"({members}, {d}, {d})"
+            raise ValueError(f"S (the covariances) must have shape {want}, got {S.shape}")
         single = S.ndim == 2
         Sb = S[None] if single else S
         idx = np.arange(Sb.shape[0])

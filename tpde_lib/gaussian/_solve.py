@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import as_covariance, as_float_array, as_positive, as_times
+from .._checks import as_covariance, as_float_array, as_index, as_positive, as_times
 from ..attention import Attention
 from ..integrate import solve_batch
 from ..measures import Gaussian
@@ -103,7 +103,12 @@ class GaussianTrajectory:
         _check_result(self, batch=False)
 
     def gaussian(self, k):
-        """The Gaussian at the ``k``-th stored time (a :class:`~tpde_lib.measures.Gaussian`)."""
+        """The Gaussian at the ``k``-th stored time (a :class:`~tpde_lib.measures.Gaussian`).
+
+        Raises ``TypeError`` unless ``k`` is an integer and ``IndexError`` (giving the valid
+        range) unless ``-T <= k < T``.
+        """
+        k = as_index("k", k, self.times.size, what="times in this trajectory")
         return Gaussian(self.mean[k], _psd_clip(self.cov[k]))
 
     def __len__(self):
@@ -161,7 +166,13 @@ class GaussianBatch:
         _check_result(self, batch=True)
 
     def gaussian(self, b, k):
-        """The Gaussian of member ``b`` at the ``k``-th time."""
+        """The Gaussian of member ``b`` at the ``k``-th time.
+
+        Raises ``TypeError`` unless ``b`` and ``k`` are integers and ``IndexError`` (giving the
+        valid range) when either is out of range (negative indices count from the end).
+        """
+        b = as_index("b", b, self.cov.shape[0], what="members in this batch")
+        k = as_index("k", k, self.times.size, what="times in this batch")
         return Gaussian(self.mean[b, k], _psd_clip(self.cov[b, k]))
 
 

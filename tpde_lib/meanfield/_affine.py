@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.integrate import solve_ivp
 
-from .._checks import as_float_array, as_positive, as_times, checked_result
+from .._checks import as_float_array, as_index, as_positive, as_times, checked_result
 from ..measures import Gaussian
 
 __all__ = ["AffineFlow", "gaussian_affine_flow"]
@@ -45,7 +45,11 @@ class AffineFlow:
     cov: np.ndarray
 
     def apply(self, points, k=-1):
-        r"""Push ``points`` (shape (n, d)) from the initial time to ``times[k]``: :math:`\Phi x + c`."""
+        r"""Push ``points`` (shape (n, d)) from the initial time to ``times[k]``: :math:`\Phi x + c`.
+
+        ``k`` is an integer index into ``times`` (``IndexError`` giving the range otherwise).
+        """
+        k = as_index("k", k, self.times.size, what="times in this flow")
         x = as_float_array("points", points, ndim=2)
         if x.shape[1] != self.Phi.shape[-1]:
             raise ValueError(f"points must have shape (n, {self.Phi.shape[-1]}), got {x.shape}")

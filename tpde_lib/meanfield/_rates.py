@@ -106,7 +106,9 @@ class RateFit:
     n_points: int
 
     def contains(self, value):
-        """Whether ``value`` lies in the confidence interval."""
+        """Whether ``value`` (a finite real number, else ``TypeError``/``ValueError``) lies in the
+        confidence interval."""
+        value = as_finite("value", value)
         return bool(self.ci[0] <= value <= self.ci[1])
 
     def __str__(self):

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .._checks import as_count, as_index, as_instance
+from .._checks import as_count, as_index, as_instance, as_ndarray
 from ..gaussian import covariance_rhs
 from ._histograms import (
     HistogramRun,
@@ -119,6 +119,21 @@ def _panel_record(setting: HistogramSetting, run: HistogramRun) -> dict:
     }
 
 
+def _as_panels(panels):
+    """``panels`` as a list of ``(variant, V_kind, d)`` triples (each checked by
+    :func:`histogram_setting` when it is run), else ``TypeError``/``ValueError`` naming it."""
+    if isinstance(panels, (str, bytes)) or not isinstance(panels, Iterable):
+        raise TypeError(
+            f"panels must be a sequence of (variant, V_kind, d) triples, got {type(panels).__name__}"
+        )
+    out = []
+    for k, p in enumerate(panels):
+        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or len(p) != 3:
+            raise ValueError(f"panels[{k}] must be a triple (variant, V_kind, d), got {p!r:.60}")
+        out.append(tuple(p))
+    return out
+
+
 def _as_path(path):
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike (a file), got {type(path).__name__}")
@@ -137,8 +152,15 @@ def write_histogram_cache(
     ``runs`` (optional) maps ``(variant, V_kind, d)`` to :class:`HistogramRun` results already
     computed with :func:`paper_histogram_ranks`; the other panels are computed here.
     """
+    if runs is not None and not isinstance(runs, Mapping):
+        raise TypeError(
+            f"runs must be None or a dict {{(variant, V_kind, d): HistogramRun}}, got {type(runs).__name__}"
+        )
     runs = {} if runs is None else dict(runs)
+    for key, run in runs.items():
+        as_instance(f"runs[{key!r}]", run, HistogramRun, "a HistogramRun (from paper_histogram_ranks)")
     path = _as_path(path)
+    panels = _as_panels(panels)
     if log is not None and not callable(log):
         raise TypeError(f"log must be a callable (e.g. print) or None, got {type(log).__name__}")
     out = json.loads(path.read_text()) if path.exists() else {}
@@ -276,11 +298,8 @@ def _pairing_ok(p):
 
 
 def _indices(name, values, length):
-    return (
-        [as_index(f"{name}[{m}]", v, length) for m, v in enumerate(np.atleast_1d(values).tolist())]
-        if np.size(values)
-        else []
-    )
+    values = np.atleast_1d(as_ndarray(name, values))
+    return [as_index(f"{name}[{m}]", v, length) for m, v in enumerate(values.tolist())] if values.size else []
 
 
 def check_cached_histogram(

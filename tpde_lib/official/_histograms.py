@@ -21,6 +21,7 @@ from .._checks import (
     as_count,
     as_float_array,
     as_instance,
+    as_ndarray,
     as_positive,
     as_seed,
 )
@@ -617,7 +618,7 @@ def _draw_inits(setting, n_draws, init_index):
     if init_index is None:
         idx = np.arange(n)
     else:
-        raw = np.asarray(init_index)
+        raw = as_ndarray("init_index", init_index)
         if raw.dtype.kind not in "iu" or raw.ndim != 1:
             raise TypeError(
                 f"init_index must be a 1-D array of integers, got dtype {raw.dtype} and shape {raw.shape}"

@@ -187,6 +187,15 @@ def test_anchor_equals_the_slug_myst_computes(heading):
     assert slug(heading) == compute_unique_slug(node, set())
 
 
+def test_a_check_the_ledger_cannot_read_is_an_error_not_a_gap():
+    from tpde_book.ledger import calls_in
+
+    source = 'n = 3\nverdict("k", "derived", f"{n} tokens", measured="m", value=1, below=2, reason="r")'
+    with pytest.raises(ValueError, match="literals"):
+        calls_in(source)
+    assert calls_in(source.replace('f"{n} tokens"', '"three tokens"'))[0]["statement"] == "three tokens"
+
+
 def test_this_books_check_keys_are_unique_and_statuses_valid():
     found = collect(ROOT)
     assert found, "no chapter records a check"

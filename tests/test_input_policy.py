@@ -265,6 +265,12 @@ VALID = {
     ("gaussian", "softmax_identity_V_closed_form"): dict(cov0=S2, A=SYM, times=[0.0, 0.5], v=1.0),
     ("gaussian", "softmax_blowup_time"): dict(cov0=S2, A=-SYM, v=1.0),
     ("gaussian", "softmax_limit_cov"): dict(cov0=S2, A=SYM, rank_tol=1e-10),
+    ("gaussian", "layer_closed_form"): dict(cov0=S2, A=SYM, w=0.5, times=[0.0, 0.5], v=1.0),
+    ("gaussian", "layer_blowup_time"): dict(cov0=S2, A=-SYM, w=0.5, v=1.0),
+    ("gaussian", "layer_equilibrium"): dict(A=SYM, w=0.5, v=1.0),
+    ("gaussian", "steer_covariance"): dict(
+        attention=tp.Softmax(SYM, I2), cov0=S2, target=S2, T=0.5, pieces=1, mean0=[0.0, 0.0], tol=1e-6, seed=0
+    ),
     ("gaussian", "scalar_closed_form"): dict(sigma0=1.0, a=-0.5, v=1.0, times=[0.0, 0.5]),
     ("measures", "as_empirical"): dict(name="mu", value=MU),
     ("stability", "support_radius"): dict(att=SOFT, T=0.5, R0=1.0, n_grid=11),

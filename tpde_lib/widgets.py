@@ -142,9 +142,9 @@ def static_twin(
     defaults: Mapping[str, Any],
     twin: str,
     twin_values: Sequence[Any],
-    figsize: tuple[float, float] = (8, 4),
+    figsize: tuple[float, float] = (7.4, 3.6),
     interval: int = 800,
-    dpi: float = 80,
+    dpi: float = 100,
     update: Callable[..., Any] | None = None,
 ) -> HTML:
     """A self-contained, playable animation of ``draw`` as ``twin`` runs through ``twin_values``.
@@ -160,10 +160,12 @@ def static_twin(
     twin_values : sequence
         Its values, one frame each.
     figsize : (float, float)
-        Inches.
+        Inches (at most ``tp.viz.COLUMN_INCHES`` wide: the book's text column).
     interval : int
         Milliseconds between frames.
     dpi : float
+        Dots per inch of the drawn size; the frames carry twice as many pixels (sharp on
+        high-density screens) and are shown at the drawn size.
     update : callable, optional
         ``update(handles, **params)`` moves the artists of a figure that ``draw`` drew (and
         returned as ``handles``) to new values; see :func:`explore`.
@@ -211,7 +213,7 @@ def _png(fig: Figure) -> bytes:
 def live_panel(
     draw: Callable[..., Any],
     controls: Mapping[str, widgets.ValueWidget],
-    figsize: tuple[float, float] = (8, 4),
+    figsize: tuple[float, float] = (7.4, 3.6),
     dpi: float = 100,
     continuous_update: bool = False,
     update: Callable[..., Any] | None = None,
@@ -294,7 +296,7 @@ def explore(
     controls: Mapping[str, widgets.ValueWidget],
     twin: str,
     twin_values: Sequence[Any],
-    figsize: tuple[float, float] = (8, 4),
+    figsize: tuple[float, float] = (7.4, 3.6),
     show: bool = True,
     update: Callable[..., Any] | None = None,
 ) -> tuple[widgets.VBox, HTML]:

@@ -77,8 +77,13 @@ def calls_in(source):
                 args[kw.arg] = kw.value
         try:
             found.append({k: ast.literal_eval(v) for k, v in args.items() if k in _LITERAL})
-        except ValueError:
-            continue
+        except ValueError as err:
+            # a check the ledger cannot read would silently be missing from it: say so
+            raise ValueError(
+                f"{name}(...) at line {node.lineno}: key, status, statement, claim and kind must "
+                "be literals (plain strings, no f-strings or names), so that the ledger can list "
+                f"the check without running the chapter: {ast.unparse(node)[:120]}"
+            ) from err
     out = []
     for c in found:
         if {"key", "status", "statement"} <= set(c):

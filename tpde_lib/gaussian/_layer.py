@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_count, as_covariance, as_finite, as_float_array, as_positive, as_square
+from .._checks import as_count, as_covariance, as_finite, as_float_array, as_positive, as_seed, as_square
 from ._closed_forms import _ROUNDOFF, _whitened
 
 __all__ = ["layer_closed_form", "layer_blowup_time", "layer_equilibrium", "steer_covariance"]
@@ -246,6 +246,7 @@ def steer_covariance(
     T = as_positive("T", T)
     pieces = as_count("pieces", pieces)
     tol = as_positive("tol", tol)
+    seed = as_seed("seed", seed)
     try:
         closure = attention.batched_closure()
     except (AttributeError, NotImplementedError) as err:

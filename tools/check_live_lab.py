@@ -450,7 +450,9 @@ def main(argv=None):
                         if not run["problems"]:
                             exercise_panels(page, run["panels"], budget, args.fail_factor, print, fail)
                             if run["panels"] and args.cpu_budget_ms > 0:
-                                time_panels_in_kernel(page, path, args.cpu_budget_ms, args.fail_factor, print, fail)
+                                time_panels_in_kernel(
+                                    page, path, args.cpu_budget_ms, args.fail_factor, print, fail
+                                )
                     closed = page.evaluate(_CLOSE, [path, args.save])
                     if closed != "closed":
                         fail(f"could not close: {closed}")

@@ -20,9 +20,10 @@ ARGS = [
 ]
 
 
-def offline_context(pw, viewport, blocked):
+def offline_context(pw, viewport, blocked, blocked_urls=None):
     """(browser, context) whose requests to any host but 127.0.0.1 are aborted and their hosts
-    added to the set ``blocked``; ``data:`` and ``blob:`` URLs pass."""
+    added to the set ``blocked`` (and their URLs appended to the list ``blocked_urls`` if one is
+    given); ``data:`` and ``blob:`` URLs pass."""
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
     context = browser.new_context(viewport=viewport)
 
@@ -31,6 +32,8 @@ def offline_context(pw, viewport, blocked):
         if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
             return r.continue_()
         blocked.add(host)
+        if blocked_urls is not None:
+            blocked_urls.append(r.request.url)
         return r.abort()
 
     context.route("**/*", route)

@@ -11,9 +11,8 @@ The page that holds the directive ``{claims-ledger}`` gets three sections:
    sources, chapter by chapter (folded), each with its status, statement, measured value, the
    section that holds it (id ``check-<key>``) and whether it passed.
 
-A check *passed in this build* when the executed notebook of its chapter carries its record
-output (a hidden MyST-NB glue output named ``claim:<key>``, emitted only after the check's
-asserts ran). MyST-NB keeps the glue keys of each document it reads in the environment, and the
+A check *passed in this build* when the executed notebook of its chapter carries its verdict's
+hidden output (a MyST-NB glue output named ``claim:<key>``, emitted only once the check passed). MyST-NB keeps the glue keys of each document it reads in the environment, and the
 tables are filled at ``doctree-resolved``, i.e. after every document has been read, whatever the
 order of reading. A check whose cell did not run has no output and shows "not run": there are
 no files or timestamps to go stale. Duplicate keys, unknown keys in the map, and claims of the
@@ -70,7 +69,7 @@ def _load_map(root, name, section="claims"):
 
 
 def _passed(app):
-    """{key: payload} of every record output of the documents read for this build."""
+    """{key: payload} of every verdict output of the documents read for this build."""
     from myst_nb.sphinx_ import NbMetadataCollector
 
     out = {}

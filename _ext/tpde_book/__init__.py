@@ -18,7 +18,7 @@ import json
 import numbers
 import re
 
-__all__ = ["verdict", "record", "STATUSES", "BADGES", "KINDS", "MIME", "GLUE_PREFIX", "KEY_PREFIX"]
+__all__ = ["verdict", "STATUSES", "BADGES", "KINDS", "MIME", "GLUE_PREFIX", "KEY_PREFIX"]
 
 #: where a statement comes from
 STATUSES = {
@@ -68,48 +68,6 @@ def _payload(key, status, statement, value, claim, kind):
     }
 
 
-def record(key, status, statement, value=None, claim=None, kind="test"):
-    """Record that the check ``key`` passed (call it after the check's ``assert`` lines).
-
-    Parameters
-    ----------
-    key : str
-        Stable identifier, lowercase words joined by hyphens (``"softmax-blowup-time"``).
-    status : {"paper", "derived", "observed", "fails"}
-        Where the statement comes from (:data:`STATUSES`).
-    statement : str
-        What was checked, in one sentence.
-    value : float or str, optional
-        The number the check measured (shown in the ledger).
-    claim : str, optional
-        The paper's claim this check bears on (``"C1"`` .. ``"C17"``), if any.
-    kind : {"test", "consistency"}
-        ``"test"``: it would fail if the statement were false; ``"consistency"``: it holds by
-        construction (never counted as evidence).
-
-    Returns
-    -------
-    None
-        (so that a ``record`` call ending a cell displays nothing more)
-    """
-    payload = _payload(key, status, statement, value, claim, kind)
-    shown = "" if payload["value"] is None else f" [{payload['value']}]"
-    label = STATUSES[status] if kind == "test" else KINDS[kind]
-    print(f"checked ({label}): {statement}{shown}")
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:  # plain Python without IPython: nothing to attach the output to
-        return None
-    if get_ipython() is not None:
-        display(
-            {GLUE_PREFIX + MIME: json.dumps(payload)},
-            raw=True,
-            metadata={"scrapbook": {"name": KEY_PREFIX + key, "mime_prefix": GLUE_PREFIX}},
-        )
-    return None
-
-
 #: the comparisons a verdict can make: keyword -> (symbol shown, test)
 _BOUNDS = {
     "below": ("<", lambda v, b: v < b),
@@ -121,7 +79,7 @@ _BOUNDS = {
 
 def _number(x):
     """A measured value or bound as the reader sees it (3 significant digits for floats)."""
-    if isinstance(x, (bool, np_bool_types())):
+    if isinstance(x, (bool, _np_bool_types())):
         return "yes" if x else "no"
     if isinstance(x, numbers.Integral):
         return str(int(x))
@@ -134,7 +92,7 @@ def _number(x):
     return str(x)
 
 
-def np_bool_types():
+def _np_bool_types():
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is a dependency of the book
@@ -266,7 +224,7 @@ def verdict(
         comparison = f"{symbol} {_number(bound)}"
         passed = bool(test(float(value), float(bound)))
     else:
-        if not isinstance(holds, (bool, *np_bool_types())):
+        if not isinstance(holds, (bool, *_np_bool_types())):
             raise TypeError(f"holds must be a bool, got {type(holds).__name__}")
         comparison, passed = "", bool(holds)
     if not passed:

@@ -1,4 +1,4 @@
-"""Static view of the book: the documents of ``_toc.yml`` and the ``record`` calls in chapters.
+"""Static view of the book: the documents of ``_toc.yml`` and the ``verdict`` calls in chapters.
 
 Used by the Sphinx extension that builds the claims ledger (which checks exist, and where) and
 by the pytest plugin that runs the chapters (which documents are in the book).
@@ -56,7 +56,7 @@ def slug(title):
 
 
 def calls_in(source):
-    """Literal arguments of every ``verdict(...)`` or ``record(...)`` call in ``source``."""
+    """Literal arguments of every ``verdict(...)`` call in ``source``."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -67,7 +67,7 @@ def calls_in(source):
             continue
         fn = node.func
         name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
-        if name not in ("record", "verdict"):
+        if name != "verdict":
             continue
         args = {}
         for label, arg in zip(_ARGS, node.args):
@@ -95,7 +95,7 @@ def calls_in(source):
 
 
 def collect(root):
-    """Every ``record`` call in the chapters listed in ``root/_toc.yml``, in book order.
+    """Every ``verdict`` call in the chapters listed in ``root/_toc.yml``, in book order.
 
     Returns
     -------

@@ -243,12 +243,8 @@ class Layer(Attention):
             out = tangent_projection(points, out)
         return out
 
-    def gaussian_rhs(self, mean, cov, t=0.0):
-        r"""The closure: the attention's plus :math:`(W\alpha + b, W\Sigma + \Sigma W^\top)`.
-
-        Raises ``NotImplementedError`` on the sphere (a Gaussian does not live there), for a
-        feed-forward that is not an :class:`AffineFeedForward`, or an attention without closure.
-        """
+    def _affine_feedforward(self):
+        """The feed-forward, which a Gaussian closure needs affine (or None), off the sphere."""
         if self.normalisation is not None:
             raise NotImplementedError("a Layer on the sphere has no Gaussian closure")
         ff = self.feedforward
@@ -256,6 +252,15 @@ class Layer(Attention):
             raise NotImplementedError(
                 f"the feed-forward {type(ff).__name__} is not an AffineFeedForward: no Gaussian closure"
             )
+        return ff
+
+    def gaussian_rhs(self, mean, cov, t=0.0):
+        r"""The closure: the attention's plus :math:`(W\alpha + b, W\Sigma + \Sigma W^\top)`.
+
+        Raises ``NotImplementedError`` on the sphere (a Gaussian does not live there), for a
+        feed-forward that is not an :class:`AffineFeedForward`, or an attention without closure.
+        """
+        ff = self._affine_feedforward()
         m, c = self.check_gaussian(mean, cov, t)
         dm, dc = self.attention.gaussian_rhs(m, c, t)
         dm = as_float_array("attention.gaussian_rhs mean", dm, shape=(self.d,))
@@ -269,13 +274,7 @@ class Layer(Attention):
         """The closure vectorised over a batch: the attention's batched closure plus the affine
         feed-forward's part (``NotImplementedError`` when :meth:`gaussian_rhs` has none, or the
         attention has no batched closure)."""
-        if self.normalisation is not None:
-            raise NotImplementedError("a Layer on the sphere has no Gaussian closure")
-        ff = self.feedforward
-        if ff is not None and not isinstance(ff, AffineFeedForward):
-            raise NotImplementedError(
-                f"the feed-forward {type(ff).__name__} is not an AffineFeedForward: no Gaussian closure"
-            )
+        ff = self._affine_feedforward()
         inner = self.attention.batched_closure()
         if ff is None:
             return inner

@@ -117,8 +117,14 @@ def softmax_identity_V_closed_form(
             f"times reach the blow-up time t* = {softmax_blowup_time(cov0, A, v):.6g}"
             f" (largest time {times.max():.6g})"
         )
+    return _unwhiten(R, U, 1.0 / denom)
+
+
+def _unwhiten(R, U, scale):
+    """R U diag(scale[k]) U^T R for each row k of ``scale`` (T, d), symmetrised: the covariance
+    from its whitened eigenvalues (the closed forms here and of a layer, ``_layer``)."""
     RU = R @ U
-    out = (RU[None] / denom[:, None, :]) @ RU.T[None]
+    out = (RU[None] * scale[:, None, :]) @ RU.T[None]
     return 0.5 * (out + np.swapaxes(out, -1, -2))
 
 

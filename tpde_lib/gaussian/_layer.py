@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_count, as_covariance, as_finite, as_float_array, as_positive, as_seed, as_square
-from ._closed_forms import _ROUNDOFF, _whitened
+from ._closed_forms import _ROUNDOFF, _unwhiten, _whitened
 
 __all__ = ["layer_closed_form", "layer_blowup_time", "layer_equilibrium", "steer_covariance"]
 
@@ -128,9 +128,7 @@ def layer_closed_form(
             f"times reach the blow-up time t* = {layer_blowup_time(cov0, A, w, v):.6g}"
             f" (largest time {times.max():.6g})"
         )
-    RU = R @ U
-    out = (RU[None] / denom[:, None, :]) @ RU.T[None]
-    return 0.5 * (out + np.swapaxes(out, -1, -2))
+    return _unwhiten(R, U, 1.0 / denom)
 
 
 def layer_equilibrium(A: ArrayLike, w: float, v: float = 1.0) -> NDArray[np.float64]:

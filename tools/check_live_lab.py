@@ -12,7 +12,8 @@ every address other than 127.0.0.1 blocked. For every Jupytext notebook listed i
 
 1. opens the file through JupyterLab's default viewer and checks that it opens as a notebook;
 2. runs all cells and checks that every code cell ran and that no output is an error or
-   stderr, and that no MyST role shows as raw text in the rendered Markdown (jupyterlab-myst);
+   stderr, and that no MyST role (the book's ``{status}`` and ``{claim}`` badges included) shows
+   as raw text in the rendered Markdown (jupyterlab-myst);
 3. for each live panel (``tpde_lib.widgets.live_panel``): steps every slider one notch by a key
    press (the main control, which the static twin sweeps, first) and selects every option of
    every dropdown, checks each time that a new figure arrives and prints how long it took from
@@ -53,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # keypress -> new figure budget (seconds), every panel (issue 31)
 BUDGETS = {}
 DEFAULT_BUDGET = 0.3
-RAW_MYST = re.compile(r"\{(cite(:[pt])?|eq|ref|numref|doc|term|math|download|abbr)\}")
+RAW_MYST = re.compile(r"\{(cite(:[pt])?|eq|ref|numref|doc|term|math|download|abbr|status|claim)\}")
 # the user-level settings of the test only: cells outside the viewport stay in the page (JupyterLab
 # renders only the visible cells by default), so outputs and Markdown can be inspected everywhere
 USER_SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '{"windowingMode": "none"}'}

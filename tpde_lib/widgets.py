@@ -21,6 +21,7 @@ from matplotlib.animation import FuncAnimation
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ._checks import as_positive
 from .viz._animation import animation_html
 
 __all__ = ["explore", "static_twin", "live_panel", "panel_bundle"]
@@ -28,6 +29,15 @@ __all__ = ["explore", "static_twin", "live_panel", "panel_bundle"]
 
 def _name(draw) -> str:
     return getattr(draw, "__qualname__", None) or repr(draw)
+
+
+def _check_figure(figsize, dpi) -> tuple[tuple[float, float], float]:
+    """``figsize`` (two positive inches) and ``dpi`` checked, naming them."""
+    try:
+        w, h = figsize
+    except (TypeError, ValueError):
+        raise TypeError(f"figsize must be (width, height) in inches, got {figsize!r}") from None
+    return (as_positive("figsize[0]", w), as_positive("figsize[1]", h)), as_positive("dpi", dpi)
 
 
 def _check_draw(draw) -> None:
@@ -182,6 +192,8 @@ def static_twin(
         figure (an Agg figure outside pyplot) is dropped on every path: nothing stays open.
     """
     _check_draw(draw)
+    figsize, dpi = _check_figure(figsize, dpi)
+    interval = as_positive("interval", interval)
     values = list(twin_values)
     if not values:
         raise ValueError("twin_values must contain at least one value")
@@ -254,6 +266,7 @@ def live_panel(
     """
     _check_draw(draw)
     _check_controls(controls)
+    figsize, dpi = _check_figure(figsize, dpi)
 
     for name, widget in controls.items():
         if hasattr(widget, "description") and not widget.description:
@@ -334,6 +347,7 @@ def explore(
     """
     _check_draw(draw)
     values = _check_controls(controls, twin, twin_values)
+    figsize, _ = _check_figure(figsize, 1.0)
     defaults = {name: w.value for name, w in controls.items()}
     # the twin first: any error in ``draw`` surfaces here as a normal exception (an error inside
     # an ipywidgets callback would only be printed into the widget's output)

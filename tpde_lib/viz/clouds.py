@@ -16,6 +16,8 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
+from .._checks import as_at_least, as_count, as_float_array, as_instance, as_positive
+from ..particles import Trajectory
 from ._animation import animation_html
 
 __all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels", "animate_clouds"]
@@ -36,6 +38,13 @@ def _sizes(weights, base=12.0):
     """Marker areas proportional to mass (``base`` for a uniform weight)."""
     w = np.asarray(weights, dtype=float)
     return base * w * w.size
+
+
+def _as_unit_interval(name, value, open_left=False):
+    x = as_at_least(name, value, 0.0)
+    if x > 1.0 or (open_left and x == 0.0):
+        raise ValueError(f"{name} must be in {'(0' if open_left else '[0'}, 1], got {x!r}")
+    return x
 
 
 def plot_cloud(
@@ -66,7 +75,14 @@ def plot_cloud(
     -------
     matplotlib.collections.PathCollection
     """
-    pts = np.asarray(points, dtype=float)
+    pts = as_float_array("points", points, ndim=2)
+    if pts.shape[1] < 2:
+        raise ValueError(f"points must have shape (n, d) with d >= 2, got {pts.shape}")
+    base_size = as_positive("base_size", base_size)
+    if weights is not None:
+        weights = as_float_array("weights", weights, shape=(pts.shape[0],))
+        if np.any(weights < 0):
+            raise ValueError("weights must be non-negative masses")
     s = base_size if weights is None else _sizes(weights, base_size)
     kw = {"linewidths": 0, "alpha": 0.9, "zorder": 3}
     kw.update(scatter_kw)
@@ -104,6 +120,8 @@ def plot_paths(
     ValueError
         ``upto`` out of range (it is not wrapped).
     """
+    as_instance("traj", traj, Trajectory, "a Trajectory")
+    alpha, lw = _as_unit_interval("alpha", alpha), as_positive("lw", lw)
     n_times = traj.points.shape[0]
     k = n_times - 1 if upto is None else _time_index("upto", upto, n_times)
     pts = traj.points[: k + 1, :, :2]
@@ -153,6 +171,13 @@ def common_limits(
     lo, hi : ndarray, shape (2,)
         The x and y limits: a square of the same side around the clouds' per-axis median.
     """
+    pad = as_at_least("pad", pad, 0.0)
+    quantile = _as_unit_interval("quantile", quantile, open_left=True)
+    trajs = list(trajs)
+    if not trajs:
+        raise ValueError("trajs must hold at least one Trajectory")
+    for t in trajs:
+        as_instance("trajs", t, Trajectory, "Trajectory objects")
     pts = [
         t.points[:, :, :2] if k is None else t.points[_time_index("k", k, t.points.shape[0]), :, :2]
         for t in trajs
@@ -200,8 +225,12 @@ def cloud_panels(
     else:
         trajs = list(trajs)
         names = [""] * len(trajs)
+    if not trajs:
+        raise ValueError("trajs must hold at least one Trajectory")
     titles = names if titles is None else list(titles)
-    ncols = ncols or len(trajs)
+    if len(titles) != len(trajs):
+        raise ValueError(f"titles must have one entry per trajectory ({len(trajs)}), got {len(titles)}")
+    ncols = len(trajs) if ncols is None else as_count("ncols", ncols)
     nrows = int(np.ceil(len(trajs) / ncols))
     colours = initial_angle(trajs[0]) if colour_by is None else colour_by
     lims = common_limits(trajs) if limits == "shared" else limits
@@ -252,7 +281,10 @@ def animate_clouds(
     from matplotlib.animation import FuncAnimation
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    interval, dpi = as_positive("interval", interval), as_positive("dpi", dpi)
     seq = list(trajs.values()) if isinstance(trajs, dict) else list(trajs)
+    if not seq:
+        raise ValueError("trajs must hold at least one Trajectory")
     times = seq[0].times
     if any(t.times.shape != times.shape or np.any(t.times != times) for t in seq[1:]):
         raise ValueError("trajs must share their times")

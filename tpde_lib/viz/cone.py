@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Line3DCollection
 from numpy.typing import ArrayLike
 
+from .._checks import as_count, as_positive
 from ..psd_cone import to_3d, to_disk
 
 __all__ = [
@@ -88,6 +89,7 @@ def path_colours(
 
 def draw_cone(ax: Axes, scale: float, alpha: float = 0.07, color: str = "k") -> None:
     """Translucent surface :math:`z = \\sqrt{x^2+y^2}` up to radius ``scale`` on a 3-D axis."""
+    scale = as_positive("scale", scale)
     u, r = np.meshgrid(np.linspace(0, 2 * np.pi, 60), np.linspace(0, scale, 12))
     x, y = r * np.cos(u), r * np.sin(u)
     ax.plot_surface(x, y, np.hypot(x, y), alpha=alpha, color=color, linewidth=0)
@@ -140,7 +142,7 @@ def plot_cone_trajectories(
         d = np.asarray(rank_one, float)
         ax.plot(d[0] * s, d[1] * s, d[2] * s, color="k", alpha=0.7, linewidth=1.2)
     if cone:
-        draw_cone(ax, scale)
+        draw_cone(ax, lim)
     ax.view_init(elev=view[0], azim=view[1])
     ax.set_axis_off()
     if title:
@@ -206,6 +208,14 @@ def plot_rank_histograms(
     predicted : dict, optional
         ``(row, d) -> int``: a predicted rank, marked by a red triangle.
     """
+    if isinstance(rows, str) or not all(isinstance(r, str) for r in rows):
+        raise TypeError(f"rows must be a sequence of str row labels (not one str), got {rows!r}")
+    dims = [as_count("dims", d) for d in dims]
+    if not rows or not dims:
+        raise ValueError("rows and dims must be non-empty")
+    missing = [(r, d) for r in rows for d in dims if (r, d) not in ranks]
+    if len(missing) == len(rows) * len(dims):
+        raise ValueError(f"ranks has none of the (row, d) keys asked for, e.g. {missing[0]!r}")
     axes = fig.subplots(len(rows), len(dims), squeeze=False)
     for i, row in enumerate(rows):
         for j, d in enumerate(dims):

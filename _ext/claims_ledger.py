@@ -12,10 +12,11 @@ The page that holds the directive ``{claims-ledger}`` gets three sections:
    section that holds it (id ``check-<key>``) and whether it passed.
 
 A check *passed in this build* when the executed notebook of its chapter carries its verdict's
-hidden output (a MyST-NB glue output named ``claim:<key>``, emitted only once the check passed). MyST-NB keeps the glue keys of each document it reads in the environment, and the
-tables are filled at ``doctree-resolved``, i.e. after every document has been read, whatever the
-order of reading. A check whose cell did not run has no output and shows "not run": there are
-no files or timestamps to go stale. Duplicate keys, unknown keys in the map, and claims of the
+hidden output (a MyST-NB glue output named ``claim:<key>``, emitted only once the check passed).
+MyST-NB keeps the glue keys of each document it reads in the environment, and the tables are
+filled at ``doctree-resolved``, i.e. after every document has been read, whatever the order of
+reading. A check whose cell did not run has no output and shows "not run": there are no files or
+timestamps to go stale. Duplicate keys, unknown keys in the map, and claims of the
 map without a check of the stated kind fail the build.
 """
 

@@ -83,3 +83,39 @@ def _draw(fig, a):
 def test_a_panels_twin_checks_its_figure_arguments(kwargs, name):
     with pytest.raises((ValueError, TypeError), match=name):
         tp.widgets.static_twin(_draw, {"a": 1.0}, "a", [1.0], **kwargs)
+
+
+def test_in_place_updates_keep_the_layout_of_the_full_draw():
+    """Under the book's constrained layout a full draw is laid out; an in-place update keeps
+    that layout (no layout pass: it cost about half of a redraw) and a later full draw lays
+    out again."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from tpde_lib.widgets import _Redrawer
+
+    def draw(fig, a):
+        ax = fig.add_subplot(111)
+        (line,) = ax.plot([0, 1], [0, a])
+        ax.set_xlabel("$t$")
+        return {"ax": ax, "line": line}
+
+    def update(h, a):
+        if a < 0:
+            return False  # asks for a full draw
+        h["line"].set_ydata([0, a])
+
+    with tp.viz.book_style():
+        fig = Figure()
+        FigureCanvasAgg(fig)
+        redraw = _Redrawer(draw, update, fig)
+        redraw({"a": 1.0})
+        fig.canvas.draw()
+        laid_out = fig.axes[0].get_position().bounds
+        assert type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+        redraw({"a": 2.0})
+        assert type(fig.get_layout_engine()).__name__ == "PlaceHolderLayoutEngine"
+        fig.canvas.draw()
+        assert fig.axes[0].get_position().bounds == laid_out
+        redraw({"a": -1.0})
+        assert type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"

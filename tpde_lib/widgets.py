@@ -92,6 +92,10 @@ class _Redrawer:
             )
         self.draw, self.update, self.fig, self.label = draw, update, fig, label
         self.handles, self.text, self.drawn = None, None, False
+        # the layout engine of the figure (e.g. the book style's constrained layout): it lays out
+        # each full draw; an in-place update keeps that layout (no engine: a layout pass costs
+        # about as much as the rest of a redraw)
+        self.engine = fig.get_layout_engine()
 
     def __call__(self, params: Mapping[str, Any]) -> None:
         try:
@@ -112,8 +116,12 @@ class _Redrawer:
                 done = result is not False
             if not done:
                 self.drawn = False
+                if self.engine is not None:
+                    self.fig.set_layout_engine(self.engine)
                 self.handles = _draw_on(self.draw, self.fig, params)
                 self.text = None
+            elif self.engine is not None:
+                self.fig.set_layout_engine("none")
             self.drawn = True
             if self.label is not None:
                 if self.text is None:

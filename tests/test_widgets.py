@@ -5,6 +5,7 @@ import struct
 import ipywidgets as widgets
 import pytest
 
+import tpde_lib as tp
 from tpde_lib.widgets import explore, live_panel, static_twin
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -235,3 +236,57 @@ def test_one_output_holds_the_live_panel_and_the_twin_as_its_html_fallback():
     assert twin.data in bundle["text/html"]  # the twin, whole
     assert "JupyterLab" in bundle["text/html"] and "Binder" in bundle["text/html"]
     assert "<code>a</code> runs through 0, 2" in bundle["text/html"]
+
+
+def _draw(fig, a):
+    return fig.add_subplot(111)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"interval": -5}, "interval"),
+        ({"dpi": 0}, "dpi"),
+        ({"figsize": (-1, 2)}, "figsize"),
+        ({"figsize": 3}, "figsize"),
+    ],
+)
+def test_a_panels_twin_checks_its_figure_arguments(kwargs, name):
+    with pytest.raises((ValueError, TypeError), match=name):
+        tp.widgets.static_twin(_draw, {"a": 1.0}, "a", [1.0], **kwargs)
+
+
+def test_in_place_updates_keep_the_layout_of_the_full_draw():
+    """Under the book's constrained layout a full draw is laid out; an in-place update keeps
+    that layout (no layout pass: it cost about half of a redraw) and a later full draw lays
+    out again."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from tpde_lib.widgets import _Redrawer
+
+    def draw(fig, a):
+        ax = fig.add_subplot(111)
+        (line,) = ax.plot([0, 1], [0, a])
+        ax.set_xlabel("$t$")
+        return {"ax": ax, "line": line}
+
+    def update(h, a):
+        if a < 0:
+            return False  # asks for a full draw
+        h["line"].set_ydata([0, a])
+
+    with tp.viz.book_style():
+        fig = Figure()
+        FigureCanvasAgg(fig)
+        redraw = _Redrawer(draw, update, fig)
+        redraw({"a": 1.0})
+        fig.canvas.draw()
+        laid_out = fig.axes[0].get_position().bounds
+        assert type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+        redraw({"a": 2.0})
+        assert type(fig.get_layout_engine()).__name__ == "PlaceHolderLayoutEngine"
+        fig.canvas.draw()
+        assert fig.axes[0].get_position().bounds == laid_out
+        redraw({"a": -1.0})
+        assert type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"

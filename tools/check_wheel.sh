@@ -61,12 +61,12 @@ PY
 "$pip" -q install $(grep -E '^(pytest|hypothesis)==' "$root/requirements.txt")
 mkdir tests && cp "$root"/tests/*.py tests/
 # the book's own tests: those importing the book's packages, and those reading the repository's
-# chapters or building its pages
+# chapters, building its pages or checking its tools
 book_imports='^\s*(import|from) (tpde_book|nbformat|jupytext|ipywidgets|IPython|sphinx|nbval|nbclient|yaml|docutils|myst_nb|tests\.nbmyst)\b'
 for f in tests/*.py; do
   if grep -qE "$book_imports" "$f"; then rm "$f"; fi
 done
-rm -f tests/test_chapter_format.py tests/test_api_autodoc.py
+rm -f tests/test_chapter_format.py tests/test_api_autodoc.py tests/test_check_built_book.py
 echo "library tests: $(ls tests/test_*.py | wc -l) files"
 "$work/venv/bin/python" -m pytest tests -q -p no:cacheprovider -o addopts="" \
   --import-mode=importlib -W error::pytest.PytestUnknownMarkWarning

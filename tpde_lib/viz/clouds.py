@@ -277,11 +277,11 @@ def animate_clouds(
     -------
     IPython.display.HTML
     """
-    from IPython.display import HTML
+    interval, dpi = as_positive("interval", interval), as_positive("dpi", dpi)
+    from IPython.display import HTML  # (the widgets extra: checked arguments first)
     from matplotlib.animation import FuncAnimation
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    interval, dpi = as_positive("interval", interval), as_positive("dpi", dpi)
     seq = list(trajs.values()) if isinstance(trajs, dict) else list(trajs)
     if not seq:
         raise ValueError("trajs must hold at least one Trajectory")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
 from docutils import nodes
 from sphinx.util import logging
 
@@ -43,20 +42,22 @@ def status_role(name, rawtext, text, lineno, inliner, options=None, content=None
     return [_badge(BADGES[key], key)], []
 
 
-def _claim_statuses(app):
-    path = Path(app.srcdir) / app.config.claims_map
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    out = {}
-    for section in ("claims", "beyond"):
-        for c in data.get(section, []) or []:
-            out[c["id"]] = c["status"]
-    return out
+def _claim_statuses(app, config):
+    """{claim id: status} of the claims map (the paper's claims and those beyond it), read once
+    per build with the ledger's own reader (the roles look it up)."""
+    from claims_ledger import _load_map
+
+    app._tpde_claim_statuses = {
+        c["id"]: c["status"]
+        for section in ("claims", "beyond")
+        for c in _load_map(app.srcdir, config.claims_map, section)
+    }
 
 
 def claim_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     env = inliner.document.settings.env
     cid = text.strip()
-    statuses = _claim_statuses(env.app)
+    statuses = env.app._tpde_claim_statuses
     if cid not in statuses:
         msg = inliner.reporter.error(f"{{claim}}: no claim {cid!r} in the claims map", line=lineno)
         return [inliner.problematic(rawtext, rawtext, msg)], [msg]
@@ -92,6 +93,7 @@ def _static_path(app, config):
 
 def setup(app):
     app.connect("config-inited", _static_path)
+    app.connect("config-inited", _claim_statuses)
     app.connect("doctree-read", _alt_text)
     app.add_css_file("tpde.css")
     app.add_role("status", status_role)

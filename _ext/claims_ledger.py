@@ -125,11 +125,6 @@ def _details(summary, body, classes=""):
     return [_raw(f'<details class="{classes}"><summary>{summary}</summary>'), *body, _raw("</details>")]
 
 
-def _plain_text(text):
-    """A short label for HTML: TeX left out of a section title (headings may hold math)."""
-    return re.sub(r"\$[^$]*\$", "…", text)
-
-
 #: TeX in headings, shown as plain text in the ledger's links
 _TEX = [
     ("\\top", "ᵀ"),

@@ -161,14 +161,13 @@ def layer_equilibrium(A: ArrayLike, w: float, v: float = 1.0) -> NDArray[np.floa
     A = as_float_array("A", A, ndim=2)
     A = as_square("A", A, A.shape[0])
     w, v = as_finite("w", w), as_finite("v", v)
-    S = v * (A + A.T)
-    lam = np.linalg.eigvalsh(-w * S)
+    lam_s, U = np.linalg.eigh(v * (A + A.T))
+    lam = -w * lam_s  # the eigenvalues of -w v (A + A^T)
     if not lam.min() > _ROUNDOFF * max(1.0, float(np.abs(lam).max())):
         raise ValueError(
             "no positive-definite equilibrium: -w v (A + A^T) must be positive definite "
-            f"(its eigenvalues are {np.round(lam, 6).tolist()})"
+            f"(its eigenvalues are {np.round(np.sort(lam), 6).tolist()})"
         )
-    U, lam_s = np.linalg.eigh(S)[1], np.linalg.eigvalsh(S)
     out = (U * (-2.0 * w / lam_s)) @ U.T
     return 0.5 * (out + out.T)
 
@@ -253,13 +252,12 @@ def steer_covariance(
         ) from err
     mean0 = np.zeros(d) if mean0 is None else as_float_array("mean0", mean0, shape=(d,))
 
-    def rank(S):
-        lam = np.linalg.eigvalsh(S)
-        return int((lam > 1e-10 * max(1.0, lam.max())).sum())
+    from ..clustering import numerical_rank  # (clustering imports gaussian: not at import)
 
-    if rank(cov0) != rank(target):
+    r0, r1 = (int(numerical_rank(S, tol=1e-10, relative=True)) for S in (cov0, target))
+    if r0 != r1:
         raise ValueError(
-            f"target has rank {rank(target)}, cov0 rank {rank(cov0)}: the rank of the covariance "
+            f"target has rank {r1}, cov0 rank {r0}: the rank of the covariance "
             "is invariant (Sigma_t = Phi_t Sigma_0 Phi_t^T), no control changes it"
         )
     iu = np.triu_indices(d)

@@ -224,9 +224,14 @@ def static_twin(
 
 
 def _png(fig: Figure) -> bytes:
-    """PNG bytes of ``fig`` at its own size (no tight bounding box: one draw, fast zlib level)."""
+    """PNG bytes of ``fig`` at its own size and dpi, from one draw, at a fast zlib level.
+
+    The canvas prints directly: the figure's layout engine (the book style's constrained layout)
+    runs inside that one draw. ``savefig`` would draw the figure twice whenever a layout engine
+    is set, even a disabled one: a first pass to lay it out, then the drawing.
+    """
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", pil_kwargs={"compress_level": 1})
+    fig.canvas.print_png(buf, pil_kwargs={"compress_level": 1})
     return buf.getvalue()
 
 
@@ -251,8 +256,9 @@ def live_panel(
     controls : dict
         Name -> ipywidgets widget; a control without a ``description`` is labelled by its name.
     figsize : (float, float)
-        Inches; the image is ``figsize * dpi`` pixels.
-    dpi : int
+        Inches; the image is shown ``figsize * dpi`` pixels wide and carries twice as many
+        pixels (sharp on high-density screens).
+    dpi : float
     continuous_update : bool
         Applied to every control that has the setting (sliders, text boxes): False (default)
         redraws when a slider is released or stepped by a key, or a text is entered, not at every
@@ -281,7 +287,8 @@ def live_panel(
             widget.description = name
         if hasattr(widget, "continuous_update"):
             widget.continuous_update = bool(continuous_update)
-    fig = Figure(figsize=figsize, dpi=dpi)
+    # twice the pixels, shown at figsize * dpi: sharp on high-density screens, as the twins
+    fig = Figure(figsize=figsize, dpi=2 * dpi)
     FigureCanvasAgg(fig)
     image = widgets.Image(format="png", width=int(round(figsize[0] * dpi)))
     image.add_class("tpde-figure")

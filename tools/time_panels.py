@@ -135,8 +135,13 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
     # the objects alive now (the chapter's, the kernel's) are moved out of the collector's
     # reach while timing: the collection before each change then costs a few milliseconds
     # instead of 100-150 ms (it was over half of a sweep); ``gc.unfreeze`` on every path
+    # in a kernel, every change would also send the new PNG to the page, which decodes it: held
+    # (``hold_sync``), only the last state of each widget is sent, when the sweep ends
     gc.collect()
     gc.freeze()
+    held = contextlib.ExitStack()
+    for widget in [image, messages, *controls.values()]:
+        held.enter_context(widget.hold_sync())
     try:
         for combo in itertools.product(*[_values(controls[n]) for n in choices]):
             label = ", ".join(f"{n}={v!r}" for n, v in zip(choices, combo))
@@ -149,6 +154,7 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
         for name, value in defaults.items():
             controls[name].value = value
     finally:
+        held.close()
         gc.unfreeze()
     return {name: (*worst[name], *slowest_cpu[name]) for name in worst}, failures, by_choice
 

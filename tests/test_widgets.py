@@ -40,13 +40,42 @@ def test_panel_redraws_on_each_change_into_one_reused_figure():
     panel = live_panel(recording_draw(calls), controls, figsize=(4, 3), dpi=50)
     image = panel.children[1]
     first = image.value
-    assert png_size(first) == (200, 150)  # figsize * dpi, no tight bounding box
+    # twice figsize * dpi pixels (no tight bounding box), shown figsize * dpi wide
+    assert png_size(first) == (400, 300)
+    assert image.width == "200"
     controls["a"].value = 1.5
     second = image.value
     controls["kind"].value = "y"
     assert [c[1:] for c in calls] == [(1.0, "x"), (1.5, "x"), (1.5, "y")]
     assert len({c[0] for c in calls}) == 1  # the same Figure every time
     assert len({first, second, image.value}) == 3  # each change gives a new image
+
+
+def test_a_redraw_draws_the_figure_once_with_or_without_a_layout_engine():
+    """savefig would draw twice (a layout pass, then the drawing) whenever the figure has a
+    layout engine: the panel prints its canvas once, the layout running inside that draw."""
+    from matplotlib.figure import Figure
+
+    draws = []
+    original = Figure.draw
+
+    def counting(self, renderer):
+        draws.append(self)
+        return original(self, renderer)
+
+    with tp.viz.book_style():  # constrained layout on every new figure
+        controls = make_controls()
+        Figure.draw = counting
+        try:
+            panel = live_panel(recording_draw([]), controls)
+            assert panel.children[1].value
+            assert len(draws) == 1  # the first, full draw, laid out by the engine
+            fig = draws[0]
+            assert fig.get_layout_engine() is not None
+            controls["a"].value = 0.5
+            assert len(draws) == 2 and draws[1] is fig
+        finally:
+            Figure.draw = original
 
 
 def test_panel_labels_controls_and_updates_sliders_on_release():

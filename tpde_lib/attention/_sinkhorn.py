@@ -29,7 +29,8 @@ factor of a two-block iteration; a diverging over-relaxation falls back to :math
 Where an m × m factorisation is affordable (m <= ``_NEWTON_MAX``) the alternating phase instead runs
 plain sweeps until their measured rate says they need more passes than a Newton step costs,
 then damped Newton steps on the concave semi-dual :math:`h(g)=\langle w,g\rangle+\langle w,
-T(g)\rangle` (its Hessian inverted at the current plan, kept for the next steps and the next
+T(g)\rangle` (its Hessian, shifted by a multiple of the gradient's norm (Levenberg-Marquardt),
+inverted at the current plan, kept for the next steps and the next
 call while they at least halve the violation; a step that reduces it by less than 10 % hands
 back to the over-relaxed sweeps). Clustered tokens make plain Sinkhorn slow (weakly coupled
 blocks of the kernel); Newton's steps move those blocks' potentials at once.
@@ -59,6 +60,12 @@ from ._threads import held_blas, single_blas
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
 _ABSORB = 30.0
+#: kernel entries below this fraction of their row's largest are set to 0 (subnormals are slow)
+_FLOOR = 1e-200
+#: entries of the Hessian's factor P~ below this are set to 0: no product of two underflows
+_FLOOR_HESSIAN = 1e-150
+#: Levenberg-Marquardt shift of the scaled Hessian, in units of the scaled gradient's norm
+_LM = 1.0
 #: solves whose (points, potential) pairs predict the next warm start
 _HISTORY = 4
 #: largest weight of a previous potential in that prediction (else the latest is used)
@@ -152,6 +159,7 @@ class _Run:
             col_add=g + self.logw,
             col_div=self.w,
             extent=extent,
+            floor=_FLOOR,
         )
         if not finite:
             self.logits(self.buf)  # raises the RuntimeError
@@ -270,8 +278,12 @@ class _Run:
         ss^\top` with :math:`\tilde P_{ij} = \pi_{ij}/\sqrt{w_iw_j}` and :math:`s=\sqrt w`.
         Without the last term the matrix is :math:`W^{-1/2}` times minus the Hessian times
         :math:`W^{-1/2}`: positive semi-definite (Cauchy-Schwarz on the exact rows), with null
-        vector s, which the last term maps to itself. None if singular. Counted as the plain
-        sweeps it costs, ``m / _NEWTON_SWEEPS``."""
+        vector s, which the last term maps to itself. A Levenberg-Marquardt shift
+        :math:`\mu I`, :math:`\mu` = ``_LM`` times the norm of the scaled gradient
+        :math:`W^{-1/2}(w - c)`, bounds the step where the Hessian is near-singular (weakly
+        coupled blocks of tokens) and vanishes at the solution. Entries of :math:`\tilde P`
+        below ``_FLOOR_HESSIAN`` are taken as 0 (their products would be subnormal, slow).
+        None if singular. Counted as the plain sweeps it costs, ``m / _NEWTON_SWEEPS``."""
         import scipy.linalg  # (not at import: tpde_lib's import stays light)
 
         self.it += max(1, round(self.w.size / _NEWTON_SWEEPS))
@@ -279,9 +291,13 @@ class _Run:
         with single_blas():  # a dense product and factorisation: BLAS on one thread, bitwise results
             P = self.buf * (sw * a)[:, None]
             P *= (sw * b)[None, :]
+            np.putmask(P, P < _FLOOR_HESSIAN, 0.0)  # (P~_ij <= 1): no subnormal products
             H = np.outer(sw, sw)
             H -= P.T @ P
-            H.flat[:: r.size + 1] += r
+            # Levenberg-Marquardt: + _LM |W^{-1/2}(w - c)| I (scores spanning over ~1500: blocks of
+            # tokens decouple, the Hessian is singular to round-off and an unshifted step moved
+            # the potentials by 1e5-1e18; near the solution the shift vanishes with the gradient)
+            H.flat[:: r.size + 1] += r + _LM * float(np.linalg.norm(sw * (1.0 - r)))
             with warnings.catch_warnings():  # a zero pivot: checked below
                 warnings.simplefilter("ignore")
                 lu, piv = scipy.linalg.lu_factor(H, check_finite=False)
@@ -419,7 +435,13 @@ class _Run:
         iteration); finite whatever ``f``, so a run from any warm start progresses."""
         self.it += 1
         finite, c, s = dense_kernel(
-            self.Y @ self.AT.T, self.Y, self.buf, "softmax", col_add=f + self.logw, col_div=self.w
+            self.Y @ self.AT.T,
+            self.Y,
+            self.buf,
+            "softmax",
+            col_add=f + self.logw,
+            col_div=self.w,
+            floor=_FLOOR,
         )
         if not finite:
             self.logits(self.buf)  # raises the RuntimeError

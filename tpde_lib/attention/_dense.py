@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._threads import parallel_blocks
+from ._threads import _PARALLEL_ENTRIES, parallel_blocks
 
 __all__ = ["dense_kernel", "matvec"]
 
@@ -19,7 +19,9 @@ _DENSE_BLOCK_ENTRIES = 32_768
 _MATVEC_ROWS = 128
 
 
-def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_div=None, extent=None):
+def dense_kernel(
+    left, right, out, kind=None, row_add=None, col_add=None, col_div=None, extent=None, floor=0.0
+):
     r"""Fill ``out`` (n, m) with a kernel matrix, one cache-sized row block at a time, threaded.
 
     With the logits :math:`L = \mathrm{left}\,\mathrm{right}^	op + r_i + c_j` (``row_add``,
@@ -28,7 +30,8 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
     - ``kind=None``: ``out = L``;
     - ``kind="exp"``: ``out = exp(L)``;
     - ``kind="softmax"``: ``out_ij = exp(L_ij - M_i) / s_i / col_div_j`` with the row maximum
-      ``M_i`` and the row sum ``s_i`` of ``exp(L_ij - M_i)``.
+      ``M_i`` and the row sum ``s_i`` of ``exp(L_ij - M_i)``, where ``exp(L_ij - M_i)`` below
+      ``floor`` is replaced by 0 (before the sum).
 
     Parameters
     ----------
@@ -41,6 +44,11 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
     extent : ndarray, shape (2,), optional
         Receives the smallest and largest entry of ``left @ right.T`` (two reductions per block,
         read while the block is in cache).
+    floor : float
+        For ``kind="softmax"``: relative entries below it are set to 0 (default 0: none). A floor
+        such as 1e-200 changes the row sums by less than m * 1e-200 relative, and keeps subnormal
+        numbers, which the CPU handles about a hundred times slower, out of the products with
+        ``out`` (a kernel whose scores span over 700 has them).
 
     Returns
     -------
@@ -80,6 +88,8 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
         if kind is not None:
             np.exp(L, out=L)
         if kind == "softmax":
+            if floor > 0.0:
+                np.putmask(L, L < floor, 0.0)
             s = np.sum(L, axis=1, out=row_sum[r0:r1])
             L /= s[:, None]
             if col_div is not None:
@@ -95,6 +105,10 @@ def dense_kernel(left, right, out, kind=None, row_add=None, col_add=None, col_di
 def matvec(matrix, x, transpose=False):
     """``matrix @ x`` (or ``matrix.T @ x``), threaded over fixed blocks of rows (columns).
 
+    A product too small ever to be threaded (fewer than ``_threads._PARALLEL_ENTRIES`` entries,
+    or one block: the shapes alone decide, so results do not depend on the thread count) is
+    computed in one call.
+
     Parameters
     ----------
     matrix : ndarray, shape (n, m)
@@ -106,8 +120,13 @@ def matvec(matrix, x, transpose=False):
     """
     n, m = matrix.shape
     size = m if transpose else n
-    out = np.empty(size)
     step = _MATVEC_ROWS if not transpose else 4 * _MATVEC_ROWS
+    nblocks = -(-size // step)
+    if n * m < _PARALLEL_ENTRIES or nblocks < 2:
+        # never threaded (the shapes alone decide, not the thread count): one product, no block
+        # loop (the loop's Python calls cost several times the arithmetic of a 200 x 200 product)
+        return x @ matrix if transpose else matrix @ x
+    out = np.empty(size)
 
     def task(i):
         a, b = i * step, min(size, (i + 1) * step)
@@ -116,5 +135,5 @@ def matvec(matrix, x, transpose=False):
         else:
             np.matmul(matrix[a:b], x, out=out[a:b])
 
-    parallel_blocks(-(-size // step), task, n * m)
+    parallel_blocks(nblocks, task, n * m)
     return out

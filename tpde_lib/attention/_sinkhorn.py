@@ -29,7 +29,8 @@ factor of a two-block iteration; a diverging over-relaxation falls back to :math
 Where an m × m factorisation is affordable (m <= ``_NEWTON_MAX``) the alternating phase instead runs
 plain sweeps until their measured rate says they need more passes than a Newton step costs,
 then damped Newton steps on the concave semi-dual :math:`h(g)=\langle w,g\rangle+\langle w,
-T(g)\rangle` (its Hessian inverted at the current plan, kept for the next steps and the next
+T(g)\rangle` (its Hessian, shifted by a multiple of the gradient's norm (Levenberg-Marquardt),
+inverted at the current plan, kept for the next steps and the next
 call while they at least halve the violation; a step that reduces it by less than 10 % hands
 back to the over-relaxed sweeps). Clustered tokens make plain Sinkhorn slow (weakly coupled
 blocks of the kernel); Newton's steps move those blocks' potentials at once.
@@ -59,6 +60,16 @@ from ._threads import held_blas, single_blas
 __all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
 _ABSORB = 30.0
+#: kernel entries below this fraction of their row's largest are set to 0 (subnormals are slow)
+_FLOOR = 1e-200
+#: entries of the Hessian's factor P~ below this are set to 0: no product of two underflows
+_FLOOR_HESSIAN = 1e-150
+#: Levenberg-Marquardt shift of the scaled Hessian, in units of the scaled gradient's norm
+_LM = 1.0
+#: solves whose (points, potential) pairs predict the next warm start
+_HISTORY = 4
+#: largest weight of a previous potential in that prediction (else the latest is used)
+_HISTORY_COEF = 4.0
 _SYMMETRIC_ITERS = 100
 #: Newton steps for at most this many tokens (an m x m product and LU factorisation per fresh Hessian)
 _NEWTON_MAX = 2000
@@ -70,10 +81,42 @@ _NEWTON_MIN_SWEEPS = 20
 _NEWTON_HALVINGS = 30
 
 
+def _load_linalg(m):
+    """Import scipy.linalg where Newton may run (m <= ``_NEWTON_MAX``) before BLAS is held: it
+    loads its own BLAS, which a hold entered before the import would not limit."""
+    if m <= _NEWTON_MAX:
+        import scipy.linalg  # noqa: F401
+
+
 def _lu_solve(*args, **kwargs):
     import scipy.linalg
 
     return scipy.linalg.lu_solve(*args, **kwargs)
+
+
+def _predicted(history, Y):
+    """A start for the column potential at the support ``Y``: the affine combination of the
+    potentials of ``history`` ((points, g) pairs, the last one latest) whose points best match
+    ``Y`` (least squares on the displacements from the latest points), a first-order Taylor
+    expansion of the potential in the positions; the latest potential if the fit is no better.
+    The weights sum to one, so the gauge (an additive constant) of the potentials does not
+    matter."""
+    Y1, g1 = history[-1]
+    if len(history) < 2:
+        return g1
+    D = np.stack([(Yk - Y1).ravel() for Yk, _ in history[:-1]], axis=1)
+    r = (Y - Y1).ravel()
+    with single_blas():  # small products: one BLAS thread, bitwise results
+        G, b = D.T @ D, D.T @ r
+        scale = max(float(np.trace(G)), np.finfo(float).tiny)
+        try:
+            c = np.linalg.solve(G + 1e-12 * scale * np.eye(G.shape[0]), b)
+        except np.linalg.LinAlgError:
+            return g1
+        if not (np.all(np.isfinite(c)) and np.abs(c).max() <= _HISTORY_COEF):
+            return g1
+        g = g1 + sum(ck * (gk - g1) for ck, (_, gk) in zip(c, history[:-1]))
+    return g if np.all(np.isfinite(g)) else g1
 
 
 def _is_symmetric(A):
@@ -116,6 +159,7 @@ class _Run:
             col_add=g + self.logw,
             col_div=self.w,
             extent=extent,
+            floor=_FLOOR,
         )
         if not finite:
             self.logits(self.buf)  # raises the RuntimeError
@@ -234,8 +278,12 @@ class _Run:
         ss^\top` with :math:`\tilde P_{ij} = \pi_{ij}/\sqrt{w_iw_j}` and :math:`s=\sqrt w`.
         Without the last term the matrix is :math:`W^{-1/2}` times minus the Hessian times
         :math:`W^{-1/2}`: positive semi-definite (Cauchy-Schwarz on the exact rows), with null
-        vector s, which the last term maps to itself. None if singular. Counted as the plain
-        sweeps it costs, ``m / _NEWTON_SWEEPS``."""
+        vector s, which the last term maps to itself. A Levenberg-Marquardt shift
+        :math:`\mu I`, :math:`\mu` = ``_LM`` times the norm of the scaled gradient
+        :math:`W^{-1/2}(w - c)`, bounds the step where the Hessian is near-singular (weakly
+        coupled blocks of tokens) and vanishes at the solution. Entries of :math:`\tilde P`
+        below ``_FLOOR_HESSIAN`` are taken as 0 (their products would be subnormal, slow).
+        None if singular. Counted as the plain sweeps it costs, ``m / _NEWTON_SWEEPS``."""
         import scipy.linalg  # (not at import: tpde_lib's import stays light)
 
         self.it += max(1, round(self.w.size / _NEWTON_SWEEPS))
@@ -243,9 +291,13 @@ class _Run:
         with single_blas():  # a dense product and factorisation: BLAS on one thread, bitwise results
             P = self.buf * (sw * a)[:, None]
             P *= (sw * b)[None, :]
+            np.putmask(P, P < _FLOOR_HESSIAN, 0.0)  # (P~_ij <= 1): no subnormal products
             H = np.outer(sw, sw)
             H -= P.T @ P
-            H.flat[:: r.size + 1] += r
+            # Levenberg-Marquardt: + _LM |W^{-1/2}(w - c)| I (scores spanning over ~1500: blocks of
+            # tokens decouple, the Hessian is singular to round-off and an unshifted step moved
+            # the potentials by 1e5-1e18; near the solution the shift vanishes with the gradient)
+            H.flat[:: r.size + 1] += r + _LM * float(np.linalg.norm(sw * (1.0 - r)))
             with warnings.catch_warnings():  # a zero pivot: checked below
                 warnings.simplefilter("ignore")
                 lu, piv = scipy.linalg.lu_factor(H, check_finite=False)
@@ -383,7 +435,13 @@ class _Run:
         iteration); finite whatever ``f``, so a run from any warm start progresses."""
         self.it += 1
         finite, c, s = dense_kernel(
-            self.Y @ self.AT.T, self.Y, self.buf, "softmax", col_add=f + self.logw, col_div=self.w
+            self.Y @ self.AT.T,
+            self.Y,
+            self.buf,
+            "softmax",
+            col_add=f + self.logw,
+            col_div=self.w,
+            floor=_FLOOR,
         )
         if not finite:
             self.logits(self.buf)  # raises the RuntimeError
@@ -461,13 +519,19 @@ def sinkhorn_potentials(
     if omega0 >= 2.0:
         raise ValueError(f"omega0 must be in [1, 2) (an over-relaxation factor), got {omega0!r}")
     g0 = None if g0 is None else as_float_array("g0", g0, shape=(m,))
-    with held_blas(m * m):  # BLAS on one thread while the solver runs its own
+    _load_linalg(m)
+    with single_blas():  # BLAS on one thread for the whole solve (_potentials)
         return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)[:3]
 
 
 def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0, hessian=None):
     """:func:`sinkhorn_potentials` on validated arguments (the Sinkhorn field's own calls), with
-    the LU factors of a Hessian to start Newton from (``hessian``, returned as the fourth output)."""
+    the LU factors of a Hessian to start Newton from (``hessian``, returned as the fourth output).
+
+    Callers hold BLAS to one thread (:func:`single_blas`): the solver's products are threaded by
+    :mod:`._dense` where large, and too small to gain from BLAS threads otherwise (OpenBLAS threads
+    a 200 x 200 matrix-vector product, and its threads' spinning doubled the CPU time of a
+    solve); the results then do not depend on BLAS's thread count either."""
     m = points.shape[0]
     g = np.zeros(m) if g0 is None else np.array(g0, dtype=float)
     symmetric = _is_symmetric(A)
@@ -508,12 +572,16 @@ class Sinkhorn(_Bilinear):
     (the conditional is normalised row by row; with :math:`g=0` this is softmax attention with
     :math:`A/\varepsilon`).
 
-    Warm start: ``self.warm_start`` caches the last converged column potential,
-    over-relaxation factor and the LU factors of the Newton steps' Hessian, if any (a dict with keys
-    ``"m"``, ``"symmetric"``, ``"g"``, ``"omega"``, ``"hessian"``),
-    used as the start of the next call on as many tokens with the same symmetry of A, so the
-    steps of a simulation start from the previous potentials; :meth:`reset` forgets it. The
-    converged result does not depend on the start (up to ``tol``). It is the only state kept.
+    Warm start: ``self.warm_start`` caches the last (finite, converged or not) column potential,
+    over-relaxation factor, the LU factors of the Newton steps' Hessian, if any, and the
+    supports and potentials of the last ``_HISTORY`` solves (a dict with keys ``"m"``,
+    ``"symmetric"``, ``"g"``, ``"omega"``, ``"hessian"``, ``"history"``), used for the next call
+    on as many tokens with the same symmetry of A: it starts from the affine combination of
+    those potentials whose supports best match its own (a first-order prediction in the
+    positions, which across the stages of a Runge-Kutta step halved the sweeps of chapter 1's
+    panel), so the steps of a simulation start near their solution; :meth:`reset` forgets it.
+    The converged result does not depend on the start (up to ``tol``). It is the only state
+    kept.
 
     Parameters
     ----------
@@ -613,7 +681,8 @@ class Sinkhorn(_Bilinear):
     def _solve(self, Y, w, A, t):
         warm = self.warm_start
         fits = warm is not None and warm["m"] == Y.shape[0] and warm["symmetric"] == _is_symmetric(A)
-        with held_blas(Y.shape[0] * Y.shape[0]):
+        _load_linalg(Y.shape[0])
+        with single_blas():  # BLAS on one thread for the whole solve (_potentials)
             f, g, log, hessian = _potentials(
                 Y,
                 w,
@@ -621,20 +690,22 @@ class Sinkhorn(_Bilinear):
                 self.eps,
                 self.tol,
                 self.max_iter,
-                warm["g"] if fits else None,
+                _predicted(warm["history"], Y) if fits else None,
                 warm["omega"] if fits else 1.0,
                 warm["hessian"] if fits else None,
             )
         self.last_log = log
-        if log["converged"]:
+        if np.all(np.isfinite(g)):
+            history = warm["history"][-_HISTORY + 1 :] if fits else ()
             self.warm_start = {
                 "m": Y.shape[0],
                 "symmetric": log["symmetric"],
                 "g": g.copy(),
                 "omega": log["omega"],
                 "hessian": hessian,
+                "history": (*history, (Y.copy(), g.copy())),
             }
-        else:
+        if not log["converged"]:
             msg = (
                 f"Sinkhorn did not converge at t={t:g}: marginal violation {log['err']:.3g} > "
                 f"tol={self.tol:g} after max_iter={self.max_iter} iterations (the scores / eps "

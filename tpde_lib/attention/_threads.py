@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import os
+import sys
 import threading
 
 import numpy as np
@@ -40,7 +41,7 @@ __all__ = ["set_num_threads", "get_num_threads"]
 #: calls with fewer scores (n m) run on the calling thread (handing blocks out costs ~0.1 ms)
 _PARALLEL_ENTRIES = 1 << 18
 
-_state = {"threads": None, "pool": None, "size": 0, "blas": None}
+_state = {"threads": None, "pool": None, "size": 0, "blas": None, "modules": 0}
 #: the BLAS hold shared by all callers: how many are inside, and the thread counts to restore
 _hold = {"depth": 0, "saved": []}
 _lock = threading.Lock()
@@ -126,7 +127,11 @@ def call_threads(nblocks, entries):
 
 
 def _blas_controllers():
-    if _state["blas"] is None:
+    """The BLAS libraries loaded in the process, found again whenever modules were imported since
+    the last look (scipy brings its own OpenBLAS, often loaded after the first hold: unheld, its
+    threads made the Sinkhorn solver's LU factorisations depend on the thread count)."""
+    if _state["blas"] is None or _state["modules"] != len(sys.modules):
+        _state["modules"] = len(sys.modules)
         ctl = ThreadpoolController()
         _state["blas"] = [c for c in ctl.lib_controllers if c.user_api == "blas"]
     return _state["blas"]

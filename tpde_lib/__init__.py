@@ -63,7 +63,7 @@ from .transport import (
     wasserstein,
 )
 
-__version__ = "1.1.0"
+__version__ = "1.1.1"
 
 __all__ = [
     "Empirical",

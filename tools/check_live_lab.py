@@ -188,6 +188,16 @@ async (path) => {
       }
     }
   });
+  // jupyterlab-myst renders Markdown asynchronously: a notebook whose code runs in a fraction of
+  // a second can be idle before its Markdown is rendered (seen once on execution.md); wait until
+  // the count of rendered blocks is non-zero and steady over 0.3 s, at most 15 s
+  const countMyst = () => panel.content.node.querySelectorAll('.jp-MarkdownCell .myst').length;
+  for (let k = 0, last = -1, steady = 0; k < 150 && steady < 3; k++) {
+    const now = countMyst();
+    steady = now > 0 && now === last ? steady + 1 : 0;
+    last = now;
+    await new Promise(r => setTimeout(r, 100));
+  }
   const rawMyst = [];
   const rendered = panel.content.node.querySelectorAll(
       '.jp-MarkdownCell .jp-RenderedMarkdown, .jp-MarkdownCell .myst');
@@ -195,7 +205,7 @@ async (path) => {
     const m = el.textContent.match(new RegExp(RAW_MYST));
     if (m) rawMyst.push(m[0] + ' in: ' + el.textContent.trim().slice(0, 80));
   });
-  const nMyst = panel.content.node.querySelectorAll('.jp-MarkdownCell .myst').length;
+  const nMyst = countMyst();
   return {seconds, nCode, problems, rawMyst, nMyst,
           panels: panel.content.node.querySelectorAll('.tpde-live-panel').length};
 }

@@ -805,8 +805,50 @@ def test_an_interrupt_while_blas_is_being_limited_restores_what_was_limited(monk
     with pytest.raises(KeyboardInterrupt):
         _threads._enter_hold()
     assert [lib.k for lib in libs] == [4, 3]
-    assert _threads._hold == {"depth": 0, "saved": []}
+    assert _threads._hold == {"depth": 0, "saved": [], "seen": set()}
     libs[1].fail = False
     with _threads._Held():
         assert [lib.k for lib in libs] == [1, 1]
     assert [lib.k for lib in libs] == [4, 3] and _threads._hold["depth"] == 0
+
+
+_LOADED_INSIDE_A_HOLD = r"""
+import sys
+import threadpoolctl
+from tpde_lib.attention import _threads
+
+def blas():
+    return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()
+            if i["user_api"] == "blas"}
+
+assert "scipy.linalg" not in sys.modules
+before = blas()
+with _threads.single_blas():  # an outer hold: only the BLAS already loaded is known
+    import scipy.linalg  # noqa: F401  (loads scipy's own BLAS where it has one)
+    with _threads.single_blas():  # the inner hold finds and holds it
+        inside = blas()
+after = blas()
+print(len(inside) > len(before), sorted(set(inside.values())),
+      all(after[k] == v for k, v in before.items()))
+"""
+
+
+def test_a_blas_loaded_inside_a_hold_is_held_by_the_next_hold_and_restored():
+    """scipy loads its own OpenBLAS: imported inside an outer hold (the Sinkhorn field's first
+    solve on many tokens imports scipy.linalg there), it is held by the solver's inner hold."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}  # >1 even on a one-core machine
+    out = subprocess.run(
+        [sys.executable, "-c", _LOADED_INSIDE_A_HOLD],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    loaded_another, inside, restored = out[0], "".join(out[1:-1]), out[-1]
+    if loaded_another == "True":  # scipy brought a BLAS of its own (the wheels do)
+        assert inside == "[1]"  # every BLAS at one thread inside, the new one too
+    assert restored == "True"  # the BLAS loaded before the holds is restored

@@ -43,7 +43,7 @@ _PARALLEL_ENTRIES = 1 << 18
 
 _state = {"threads": None, "pool": None, "size": 0, "blas": None, "modules": 0}
 #: the BLAS hold shared by all callers: how many are inside, and the thread counts to restore
-_hold = {"depth": 0, "saved": []}
+_hold = {"depth": 0, "saved": [], "seen": set()}
 _lock = threading.Lock()
 _local = threading.local()  # .inside: this thread runs blocks of a threaded call (no nesting)
 # a forked child has the parent's executor but not its threads, nor its callers: it starts afresh
@@ -152,6 +152,17 @@ def _enter_hold():
                     c.set_num_threads(k)
                 raise
             _hold["saved"] = saved
+            _hold["seen"] = {c.filepath for c in _state["blas"]}
+        elif _state["modules"] != len(sys.modules):
+            # a BLAS loaded while held (scipy.linalg imported inside an outer hold, as the
+            # Sinkhorn field's first solve does on many tokens): held too, restored with the rest
+            for c in _blas_controllers():
+                if c.filepath not in _hold["seen"]:
+                    _hold["seen"].add(c.filepath)
+                    k = c.get_num_threads()
+                    if k != 1:
+                        _hold["saved"].append((c, k))
+                        c.set_num_threads(1)
         _hold["depth"] += 1
 
 
@@ -159,7 +170,7 @@ def _leave_hold():
     with _lock:
         _hold["depth"] -= 1
         if _hold["depth"] == 0:
-            saved, _hold["saved"] = _hold["saved"], []
+            saved, _hold["saved"], _hold["seen"] = _hold["saved"], [], set()
             for c, k in saved:
                 c.set_num_threads(k)
 

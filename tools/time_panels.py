@@ -132,17 +132,19 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
             slowest_cpu[name] = (cpu, where)
         by_choice[label] = max(by_choice.get(label, 0.0), cpu)
 
-    # the objects alive now (the chapter's, the kernel's) are moved out of the collector's
-    # reach while timing: the collection before each change then costs a few milliseconds
-    # instead of 100-150 ms (it was over half of a sweep); ``gc.unfreeze`` on every path
-    # in a kernel, every change would also send the new PNG to the page, which decodes it: held
-    # (``hold_sync``), only the last state of each widget is sent, when the sweep ends
-    gc.collect()
-    gc.freeze()
-    held = contextlib.ExitStack()
-    for widget in [image, messages, *controls.values()]:
-        held.enter_context(widget.hold_sync())
-    try:
+    with contextlib.ExitStack() as held:  # undone on every path, last in first out
+        # the objects alive now (the chapter's, the kernel's) are moved out of the collector's
+        # reach while timing: the collection before each change then costs a few milliseconds
+        # instead of 100-150 ms (it was over half of a sweep). Not where a caller froze some
+        # already: their freeze is theirs to undo (``gc.unfreeze`` thaws everything).
+        if gc.get_freeze_count() == 0:
+            gc.collect()
+            gc.freeze()
+            held.callback(gc.unfreeze)
+        # in a kernel every change would also send its PNG to the page, which decodes it: held
+        # (``hold_sync``), only the last state of each widget is sent, when the sweep ends
+        for widget in [image, messages, *controls.values()]:
+            held.enter_context(widget.hold_sync())
         for combo in itertools.product(*[_values(controls[n]) for n in choices]):
             label = ", ".join(f"{n}={v!r}" for n, v in zip(choices, combo))
             for name, value in zip(choices, combo):
@@ -153,9 +155,6 @@ def time_panel(controls, panel, budget=float("inf"), retries=2):
                     set_and_time(name, value, where, label)
         for name, value in defaults.items():
             controls[name].value = value
-    finally:
-        held.close()
-        gc.unfreeze()
     return {name: (*worst[name], *slowest_cpu[name]) for name in worst}, failures, by_choice
 
 

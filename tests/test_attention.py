@@ -662,3 +662,33 @@ def test_sinkhorn_reports_convergence_only_when_the_returned_plan_meets_tol(symm
         # (the recomputation's round-off: logits of size |f| + |g| in double precision)
         roundoff = float(np.abs(f).max() + np.abs(g).max()) * np.finfo(float).eps
         assert log["err"] == pytest.approx(max(rows, cols), rel=1e-3, abs=max(1e-14, roundoff))
+
+
+def test_the_predicted_warm_start_is_exact_to_first_order_and_falls_back_to_the_latest():
+    """Sinkhorn's warm start: the affine combination of the last potentials whose supports best
+    match the new one. Potentials affine in the positions are predicted exactly, up to the gauge
+    (a constant); a degenerate or wild fit gives the latest potential."""
+    from tpde_lib.attention._sinkhorn import _HISTORY_COEF, _predicted
+
+    rng = np.random.default_rng(12)
+    m, d = 30, 2
+    J, g0 = rng.standard_normal((m, m * d)), rng.standard_normal(m)
+
+    def potential(Y, gauge):
+        return g0 + J @ Y.ravel() + gauge
+
+    Y1 = rng.standard_normal((m, d))
+    others = [Y1 + 0.1 * rng.standard_normal((m, d)) for _ in range(3)]
+    history = [(Y, potential(Y, gauge)) for Y, gauge in zip(others, (1.0, -2.0, 0.5))]
+    history.append((Y1, potential(Y1, 3.0)))
+    Y = Y1 + 0.3 * (others[0] - Y1) - 0.7 * (others[2] - Y1)  # in the span of the moves
+    gap = _predicted(history, Y) - potential(Y, 0.0)
+    assert np.ptp(gap) < 1e-11  # a constant: the gauge
+    assert np.ptp(history[-1][1] - potential(Y, 0.0)) > 1e-2  # the latest alone is not
+    # one pair: the latest; identical supports (no move to fit): the latest
+    assert np.array_equal(_predicted(history[-1:], Y), history[-1][1])
+    same = [(Y1, potential(Y1, 1.0)), (Y1, potential(Y1, 2.0))]
+    assert np.array_equal(_predicted(same, Y), same[-1][1])
+    # a fit needing a weight above the cap (extrapolating far): the latest
+    far = Y1 + 2.0 * _HISTORY_COEF * (others[0] - Y1)
+    assert np.array_equal(_predicted(history, far), history[-1][1])

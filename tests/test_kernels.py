@@ -535,6 +535,31 @@ def test_dense_kernel_and_matvec_bitwise_over_threads(pool_allowed):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_kernel_floor_zeroes_only_relative_entries_below_it(threads, pool_allowed):
+    """The softmax kernel's floor (the Sinkhorn solver's 1e-200: no subnormal products): entries
+    whose exp(L - max) falls below it are 0, the others as without a floor (row sums within
+    m * floor), bitwise the same whatever the thread count."""
+    K.set_num_threads(threads)
+    rng = np.random.default_rng(11)
+    n, m = 600, 500
+    left, right = 30.0 * rng.standard_normal((n, 2)), 30.0 * rng.standard_normal((m, 2))
+    plain, floored = np.empty((n, m)), np.empty((n, m))
+    D.dense_kernel(left, right, plain, "softmax")
+    D.dense_kernel(left, right, floored, "softmax", floor=1e-200)
+    L = left @ right.T
+    below = np.exp(L - L.max(axis=1, keepdims=True)) < 1e-200
+    assert below.mean() > 0.1  # scores spanning thousands: many entries below the floor
+    assert np.all(floored[below] == 0.0) and np.any(plain[below] > 0.0)
+    np.testing.assert_allclose(floored[~below], plain[~below], rtol=1e-14)
+    # rows still sum to 1 (they are normalised after the floor)
+    np.testing.assert_allclose(floored.sum(axis=1), 1.0, rtol=1e-13)
+    K.set_num_threads(3 - threads)
+    again = np.empty((n, m))
+    D.dense_kernel(left, right, again, "softmax", floor=1e-200)
+    assert np.array_equal(again, floored)
+
+
 def test_a_kernel_that_returns_a_new_array_is_used_not_ignored():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(40, 2))

@@ -98,9 +98,9 @@ def _predicted(history, Y):
     """A start for the column potential at the support ``Y``: the affine combination of the
     potentials of ``history`` ((points, g) pairs, the last one latest) whose points best match
     ``Y`` (least squares on the displacements from the latest points), a first-order Taylor
-    expansion of the potential in the positions; the latest potential if the fit is no better.
-    The weights sum to one, so the gauge (an additive constant) of the potentials does not
-    matter."""
+    expansion of the potential in the positions. The latest potential where there is one pair,
+    or the fit is singular, not finite, or needs a weight above ``_HISTORY_COEF``. The weights
+    sum to one, so the gauge (an additive constant) of the potentials does not matter."""
     Y1, g1 = history[-1]
     if len(history) < 2:
         return g1

@@ -54,14 +54,20 @@ def _grid_gaussian(cov, n_side, width=6.0):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("A", [A_SYM, A_GEN])
-def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
-    # energy.sinkhorn_energy solves with POT; the attention class has its own log-domain solver
-    rng = np.random.default_rng(0)
+def _weighted_cloud(seed):
+    """30 points in 2-D with random weights summing to 1, as an Empirical, eps = 0.7, and the
+    generator (for further draws)."""
+    rng = np.random.default_rng(seed)
     X = rng.standard_normal((30, 2))
     w = rng.uniform(0.5, 1.5, 30)
     w /= w.sum()
-    mu, eps = Empirical(X, w), 0.7
+    return X, w, Empirical(X, w), 0.7, rng
+
+
+@pytest.mark.parametrize("A", [A_SYM, A_GEN])
+def test_sinkhorn_energy_equals_primal_value_of_attention_plan(A):
+    # energy.sinkhorn_energy solves with POT; the attention class has its own log-domain solver
+    X, w, mu, eps, _ = _weighted_cloud(0)
     plan = Sinkhorn(A, I2, eps=eps, tol=1e-13).plan(mu)
     # both solvers stop at marginal violation <= 1e-12: value error of that order
     assert en.sinkhorn_energy(mu, A, eps) == pytest.approx(_primal_value(plan, X, w, A, eps), abs=1e-10)
@@ -81,11 +87,7 @@ def test_sinkhorn_energy_checks_the_returned_plan_not_pots_report(monkeypatch):
     # POT's stopping test runs on its own iterate; the value returned comes from the polished
     # plan, whose marginals are checked again. A solver that reports convergence from a start far
     # from the solution must still give the right value (more polishing sweeps) ...
-    rng = np.random.default_rng(1)
-    X = rng.standard_normal((30, 2))
-    w = rng.uniform(0.5, 1.5, 30)
-    w /= w.sum()
-    mu, eps = Empirical(X, w), 0.7
+    X, w, mu, eps, rng = _weighted_cloud(1)
     plan = Sinkhorn(A_GEN, I2, eps=eps, tol=1e-13).plan(mu)
     ref = _primal_value(plan, X, w, A_GEN, eps)
     _pot_stopping_early(monkeypatch, rng.standard_normal(30) * 20.0)

@@ -52,8 +52,7 @@ from offline_browser import offline_context
 
 ROOT = Path(__file__).resolve().parents[1]
 # keypress -> new figure budget (seconds), every panel (issue 31)
-BUDGETS = {}
-DEFAULT_BUDGET = 0.3
+BUDGET = 0.3
 RAW_MYST = re.compile(r"\{(cite(:[pt])?|eq|ref|numref|doc|term|math|download|abbr|status|claim)\}")
 # the user-level settings of the test only: cells outside the viewport stay in the page (JupyterLab
 # renders only the visible cells by default), so outputs and Markdown can be inspected everywhere
@@ -468,9 +467,8 @@ def main(argv=None):
                             fail(f"MyST not rendered: {m!r}")
                         if not run["nMyst"]:
                             fail("no Markdown cell rendered by jupyterlab-myst")
-                        budget = BUDGETS.get(Path(path).name[:2], DEFAULT_BUDGET)
                         if not run["problems"]:
-                            exercise_panels(page, run["panels"], budget, args.fail_factor, print, fail)
+                            exercise_panels(page, run["panels"], BUDGET, args.fail_factor, print, fail)
                             if run["panels"] and args.cpu_budget_ms > 0:
                                 time_panels_in_kernel(
                                     page, path, args.cpu_budget_ms, args.cpu_fail_factor, print, fail

@@ -150,21 +150,28 @@ class _Run:
         """T(g)_i = -LSE_j(L_ij/eps + g_j + log w_j); leaves in ``buf`` the row-normalised kernel
         exp(L_ij/eps + T_i + g_j) (entries <= 1/w_j)."""
         extent = np.empty(2) if self.extent is None else None  # the scores: read once
-        # threaded, one cache-sized row block at a time (speed)
+        out = self._half_step(self.Y @ self.AT, g, extent)
+        if extent is not None:
+            self.extent = extent
+        return out
+
+    def _half_step(self, left, h, extent=None):
+        """-LSE_j(S_ij + h_j + log w_j) for the scores S = ``left`` Y^T (L/eps for a row pass,
+        its transpose for a column pass), leaving the normalised kernel in ``buf``: threaded, one
+        cache-sized row block at a time (speed), entries below ``_FLOOR`` of their row's largest
+        set to 0. RuntimeError if the scores are not finite."""
         finite, c, s = dense_kernel(
-            self.Y @ self.AT,
+            left,
             self.Y,
             self.buf,
             "softmax",
-            col_add=g + self.logw,
+            col_add=h + self.logw,
             col_div=self.w,
             extent=extent,
             floor=_FLOOR,
         )
         if not finite:
             self.logits(self.buf)  # raises the RuntimeError
-        if extent is not None:
-            self.extent = extent
         return -(c + np.log(s))
 
     def done(self):
@@ -434,18 +441,7 @@ class _Run:
         """The exact log-domain column half-step -LSE_i(L_ij/eps + f_i + log w_i) (counted as an
         iteration); finite whatever ``f``, so a run from any warm start progresses."""
         self.it += 1
-        finite, c, s = dense_kernel(
-            self.Y @ self.AT.T,
-            self.Y,
-            self.buf,
-            "softmax",
-            col_add=f + self.logw,
-            col_div=self.w,
-            floor=_FLOOR,
-        )
-        if not finite:
-            self.logits(self.buf)  # raises the RuntimeError
-        return -(c + np.log(s))
+        return self._half_step(self.Y @ self.AT.T, f)
 
 
 def sinkhorn_potentials(
@@ -572,10 +568,10 @@ class Sinkhorn(_Bilinear):
     (the conditional is normalised row by row; with :math:`g=0` this is softmax attention with
     :math:`A/\varepsilon`).
 
-    Warm start: ``self.warm_start`` caches the last (finite, converged or not) column potential,
-    over-relaxation factor, the LU factors of the Newton steps' Hessian, if any, and the
-    supports and potentials of the last ``_HISTORY`` solves (a dict with keys ``"m"``,
-    ``"symmetric"``, ``"g"``, ``"omega"``, ``"hessian"``, ``"history"``), used for the next call
+    Warm start: ``self.warm_start`` caches the over-relaxation factor, the LU factors of the
+    Newton steps' Hessian, if any, and the supports and column potentials of the last
+    ``_HISTORY`` solves, converged or not, the latest last (a dict with keys ``"m"``,
+    ``"symmetric"``, ``"omega"``, ``"hessian"``, ``"history"``), used for the next call
     on as many tokens with the same symmetry of A: it starts from the affine combination of
     those potentials whose supports best match its own (a first-order prediction in the
     positions, which across the stages of a Runge-Kutta step halved the sweeps of chapter 1's
@@ -695,16 +691,15 @@ class Sinkhorn(_Bilinear):
                 warm["hessian"] if fits else None,
             )
         self.last_log = log
-        if np.all(np.isfinite(g)):
-            history = warm["history"][-_HISTORY + 1 :] if fits else ()
-            self.warm_start = {
-                "m": Y.shape[0],
-                "symmetric": log["symmetric"],
-                "g": g.copy(),
-                "omega": log["omega"],
-                "hessian": hessian,
-                "history": (*history, (Y.copy(), g.copy())),
-            }
+        # (g is finite: the solver raises otherwise), kept whether or not it converged
+        history = warm["history"][-_HISTORY + 1 :] if fits else ()
+        self.warm_start = {
+            "m": Y.shape[0],
+            "symmetric": log["symmetric"],
+            "omega": log["omega"],
+            "hessian": hessian,
+            "history": (*history, (Y.copy(), g.copy())),
+        }
         if not log["converged"]:
             msg = (
                 f"Sinkhorn did not converge at t={t:g}: marginal violation {log['err']:.3g} > "

@@ -46,8 +46,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+import tpde_lib.attention._kernels as engine  # white box: its tile sizes (CONTRIBUTING.md, Contracts)
+from tpde_lib import get_num_threads
 from tpde_lib.attention import L2, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised
-from tpde_lib.attention._kernels import _BLOCK_COLS, _BLOCK_COLS_WIDE, _NARROW, get_num_threads
 from tpde_lib.measures import Empirical
 
 try:
@@ -266,8 +267,8 @@ def product_seconds(d):
     the score product (max(d, 4) inner columns) and the product with the d + 1 value columns
     (padded to 4), on one tile of 256 rows by the engine's tile width."""
     rng = np.random.default_rng(0)
-    p, c = max(d, _NARROW), max(d + 1, _NARROW)
-    cols = _BLOCK_COLS if p <= _NARROW else _BLOCK_COLS_WIDE
+    p, c = max(d, engine._NARROW), max(d + 1, engine._NARROW)
+    cols = engine._BLOCK_COLS if p <= engine._NARROW else engine._BLOCK_COLS_WIDE
     keys, q_t = rng.standard_normal((cols, p)), rng.standard_normal((p, 256))
     vals, T = rng.standard_normal((cols, c)), np.empty((cols, 256))
     out = np.empty((256, c))

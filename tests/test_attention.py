@@ -548,12 +548,15 @@ def test_a_bad_time_dependent_parameter_is_named_with_its_time(make, name, bad, 
     assert f"{name}(t=0.5)" in str(info.value)
 
 
-@pytest.mark.parametrize("module", ["_base", "_bilinear", "_kernels", "_sinkhorn", "_threads"])
+@pytest.mark.parametrize(
+    "module",
+    ["attention._base", "attention._bilinear", "attention._kernels", "attention._sinkhorn", "attention"],
+)
 def test_docstring_examples(module):
     import doctest
     import importlib
 
-    mod = importlib.import_module(f"tpde_lib.attention.{module}")
+    mod = importlib.import_module(f"tpde_lib.{module}")
     res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.attempted > 0 and res.failed == 0
 

@@ -123,9 +123,9 @@ def test_blas_runs_one_thread_inside_and_is_restored_after_return_and_exceptions
 @pytest.mark.parametrize(
     "bad, error, match",
     [
-        (lambda y: y[:, 0], ValueError, r"shape \(2, 3\)"),
-        (lambda y: 1.0, TypeError, "real array"),
-        (lambda y: y + 0j, TypeError, "complex"),
+        (lambda y: y[:, 0], ValueError, r"^f must return an array of shape \(2, 3\), got shape \(2,\)$"),
+        (lambda y: 1.0, ValueError, r"^f must return an array of shape \(2, 3\), got shape \(\)$"),
+        (lambda y: y + 0j, TypeError, r"^f must return .* of shape \(2, 3\), got dtype complex128$"),
     ],
 )
 def test_f_results_of_the_wrong_shape_or_kind_raise_instead_of_broadcasting(bad, error, match):

@@ -15,10 +15,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
+import tpde_lib as tp
 import tpde_lib.attention._dense as D
 import tpde_lib.attention._kernels as K
 import tpde_lib.attention._shifts as Sh
-from tpde_lib import kernel_sums
+from tpde_lib import _threads, kernel_sums
 
 RTOL = 1e-11
 
@@ -304,18 +305,26 @@ def pool_allowed(monkeypatch):
     """Let the pool run even without threadpoolctl (the engine then trusts this variable)."""
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     yield
-    K.set_num_threads(None)
+    tp.set_num_threads(None)
 
 
 def _spy_threads(monkeypatch):
+    """Record, per engine call, how many threads computed its blocks. On a threaded call the
+    first two blocks wait for each other (a barrier): each thread holds one when they meet, so
+    both threads take work however loaded the machine is (a sleep in the kernel only made it
+    likely: the calling thread took every block in 2 of 4 runs beside other jobs)."""
     used = []
     real = K.parallel_blocks
 
     def spy(nblocks, task, entries):
         idents = set()
+        threaded = _threads.call_threads(nblocks, entries) > 1
+        meet = threading.Barrier(2, timeout=120)
 
         def marked(i):
             idents.add(threading.get_ident())
+            if threaded and i < 2:
+                meet.wait()
             task(i)
 
         real(nblocks, marked, entries)
@@ -326,7 +335,7 @@ def _spy_threads(monkeypatch):
 
 
 def _slow_relu(S):
-    time.sleep(2e-4)  # releases the GIL: both threads surely take blocks
+    time.sleep(2e-4)  # releases the GIL
     _relu(S)
 
 
@@ -335,14 +344,14 @@ def _slow_relu(S):
     "kind", ["softmax", "exp", "sigmoid", _slow_relu], ids=["softmax", "exp", "sigmoid", "relu"]
 )
 def test_one_and_two_threads_are_bitwise_equal(kind, masked, pool_allowed, monkeypatch):
-    n = 700  # n^2 above _PARALLEL_ENTRIES: the pool is used
+    n = 700  # n^2 above PARALLEL_ENTRIES: the pool is used
     Q, Y, values, q_pos, k_pos = _problem(n=n, m=n, masked=masked, seed=7)
     if masked:
         q_pos, k_pos = q_pos * 50 + np.arange(n) % 7, k_pos * 50
     used = _spy_threads(monkeypatch)
-    K.set_num_threads(1)
+    tp.set_num_threads(1)
     one = kernel_sums(Q, Y, values, kind, q_pos, k_pos)
-    K.set_num_threads(2)
+    tp.set_num_threads(2)
     two = kernel_sums(Q, Y, values, kind, q_pos, k_pos)
     if kind == _slow_relu:
         assert used == [1, 2]
@@ -356,7 +365,7 @@ def test_calls_from_several_threads_at_once(pool_allowed):
     # blocks are written), and every result is the one a call alone gives, bitwise. Slow tiles
     # (the kernel sleeps) keep several calls in flight; results are compared on return. Three
     # threads a call: two workers, so that one can finish a task while the other runs one.
-    K.set_num_threads(3)
+    tp.set_num_threads(3)
     problems = [_problem(n=700, m=600 + 50 * k, masked=k % 2 == 1, seed=20 + k) for k in range(4)]
     alone = [kernel_sums(Q, Y, v, _slow_relu, qp, kp) for Q, Y, v, qp, kp in problems]
     same = [[] for _ in problems]
@@ -376,7 +385,7 @@ def test_calls_from_several_threads_at_once(pool_allowed):
 
 
 def test_worker_exception_is_raised(pool_allowed):
-    K.set_num_threads(2)
+    tp.set_num_threads(2)
     Q, Y, values, _, _ = _problem(n=700, m=700)
     calls = []
 
@@ -391,7 +400,7 @@ def test_worker_exception_is_raised(pool_allowed):
 
 
 def test_errstate_applies_in_worker_threads(pool_allowed):
-    K.set_num_threads(2)
+    tp.set_num_threads(2)
     Q, Y, values, _, _ = _problem(n=700, m=700)
 
     def overflow(S):
@@ -404,7 +413,7 @@ def test_errstate_applies_in_worker_threads(pool_allowed):
 def test_a_forked_child_starts_its_own_workers(pool_allowed):
     # a child forked after the workers started inherits their inboxes, not their threads: without
     # its own workers a threaded call would wait for ever (here: the child is stopped after 60 s)
-    K.set_num_threads(2)
+    tp.set_num_threads(2)
     Q, Y, values, _, _ = _problem(n=700, m=700, seed=11)
     want = kernel_sums(Q, Y, values, "softmax")  # the parent's workers exist now
     ctx = multiprocessing.get_context("fork")
@@ -420,18 +429,18 @@ def test_a_forked_child_starts_its_own_workers(pool_allowed):
 
 def test_thread_settings(monkeypatch):
     monkeypatch.setenv("TPDE_NUM_THREADS", "3")
-    K.set_num_threads(None)
-    assert K.get_num_threads() == 3
-    K.set_num_threads(2)
-    assert K.get_num_threads() == 2
-    K.set_num_threads(None)
+    tp.set_num_threads(None)
+    assert tp.get_num_threads() == 3
+    tp.set_num_threads(2)
+    assert tp.get_num_threads() == 2
+    tp.set_num_threads(None)
     monkeypatch.setenv("TPDE_NUM_THREADS", "two")
     with pytest.raises(ValueError, match="TPDE_NUM_THREADS"):
-        K.get_num_threads()
+        tp.get_num_threads()
     with pytest.raises(ValueError, match="k must be"):
-        K.set_num_threads(0)
+        tp.set_num_threads(0)
     with pytest.raises(TypeError, match="k must be"):
-        K.set_num_threads(1.5)
+        tp.set_num_threads(1.5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,13 +465,13 @@ def test_tiles_and_threaded_row_blocks_have_equal_sizes(n, m):
         rows, cols = K.block_shape(n, m, p)
         tiles, blocks = -(-m // cols), -(-n // rows)
         assert 0 <= tiles * cols - m < tiles
-        assert n * m >= K._PARALLEL_ENTRIES and blocks >= K._MIN_BLOCKS
+        assert n * m >= K.PARALLEL_ENTRIES and blocks >= K._MIN_BLOCKS
         assert 0 <= blocks * rows - n < blocks
 
 
 @pytest.mark.parametrize("masked", [False, True])
 def test_peak_memory_is_far_below_the_score_matrix(masked, pool_allowed):
-    K.set_num_threads(2)
+    tp.set_num_threads(2)
     n = 2000  # a dense score matrix would take 32 MB
     Q, Y, values, q_pos, k_pos = _problem(n=n, m=n, masked=masked, seed=8)
     kernel_sums(Q[:10], Y, values, "softmax")  # warm-up outside the trace
@@ -495,9 +504,9 @@ def test_bad_input():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dense_kernel_and_matvec_match_numpy(threads, pool_allowed):
-    K.set_num_threads(threads)
+    tp.set_num_threads(threads)
     rng = np.random.default_rng(9)
-    n, m = 610, 530  # n m above _PARALLEL_ENTRIES, partial last blocks
+    n, m = 610, 530  # n m above PARALLEL_ENTRIES, partial last blocks
     left, right = rng.standard_normal((n, 3)), rng.standard_normal((m, 3))
     r, c, w = rng.standard_normal(n), rng.standard_normal(m), rng.random(m) + 0.5
     L = left @ right.T
@@ -527,7 +536,7 @@ def test_dense_kernel_and_matvec_bitwise_over_threads(pool_allowed):
     left, right, x = rng.standard_normal((n, 2)), rng.standard_normal((n, 2)), rng.random(n)
     results = []
     for threads in (1, 2):
-        K.set_num_threads(threads)
+        tp.set_num_threads(threads)
         out = np.empty((n, n))
         _, M, s = D.dense_kernel(left, right, out, "softmax", col_add=x, col_div=x + 1)
         results.append((out, M, s, D.matvec(out, x), D.matvec(out, x, transpose=True)))
@@ -540,7 +549,7 @@ def test_dense_kernel_floor_zeroes_only_relative_entries_below_it(threads, pool_
     """The softmax kernel's floor (the Sinkhorn solver's 1e-200: no subnormal products): entries
     whose exp(L - max) falls below it are 0, the others as without a floor (row sums within
     m * floor), bitwise the same whatever the thread count."""
-    K.set_num_threads(threads)
+    tp.set_num_threads(threads)
     rng = np.random.default_rng(11)
     n, m = 600, 500
     left, right = 30.0 * rng.standard_normal((n, 2)), 30.0 * rng.standard_normal((m, 2))
@@ -554,7 +563,7 @@ def test_dense_kernel_floor_zeroes_only_relative_entries_below_it(threads, pool_
     np.testing.assert_allclose(floored[~below], plain[~below], rtol=1e-14)
     # rows still sum to 1 (they are normalised after the floor)
     np.testing.assert_allclose(floored.sum(axis=1), 1.0, rtol=1e-13)
-    K.set_num_threads(3 - threads)
+    tp.set_num_threads(3 - threads)
     again = np.empty((n, m))
     D.dense_kernel(left, right, again, "softmax", floor=1e-200)
     assert np.array_equal(again, floored)
@@ -682,9 +691,9 @@ def two_blas_threads():
     """BLAS at two threads (whatever the environment set), the engine at two threads."""
     with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
         assert _blas_threads() and set(_blas_threads()) == {2}
-        K.set_num_threads(2)
+        tp.set_num_threads(2)
         yield
-        K.set_num_threads(None)
+        tp.set_num_threads(None)
 
 
 def test_blas_is_held_to_one_thread_for_the_whole_field_and_restored(two_blas_threads):
@@ -728,7 +737,7 @@ def test_a_bad_thread_setting_changes_nothing(two_blas_threads, monkeypatch):
     # the setting is parsed before BLAS is touched: a failed parse leaves BLAS as it was, and
     # once the variable is fixed calls run threaded again
     Q, Y, values, _, _ = _problem(n=700, m=700)
-    K.set_num_threads(None)
+    tp.set_num_threads(None)
     monkeypatch.setenv("TPDE_NUM_THREADS", "two")
     with pytest.raises(ValueError, match="TPDE_NUM_THREADS"):
         kernel_sums(Q, Y, values, "softmax")
@@ -745,7 +754,7 @@ def test_threaded_calls_from_several_threads_restore_blas(two_blas_threads):
     import tpde_lib as tp
 
     rng = np.random.default_rng(12)
-    K.set_num_threads(3)
+    tp.set_num_threads(3)
     X = rng.standard_normal((900, 4))
     atts = [
         tp.Softmax(rng.standard_normal((4, 4)), np.eye(4)),
@@ -811,8 +820,6 @@ def test_velocity_holds_blas_for_any_large_field_only(two_blas_threads):
 def test_an_interrupt_while_blas_is_being_limited_restores_what_was_limited(monkeypatch):
     # the hold limits the BLAS libraries one after another: an interrupt (or an error of the
     # library) half-way must give back the ones already limited and leave no hold behind
-    from tpde_lib.attention import _threads
-
     class Lib:
         def __init__(self, k, fail=False):
             self.k, self.fail = k, fail
@@ -840,7 +847,7 @@ def test_an_interrupt_while_blas_is_being_limited_restores_what_was_limited(monk
 _LOADED_INSIDE_A_HOLD = r"""
 import sys
 import threadpoolctl
-from tpde_lib.attention import _threads
+from tpde_lib import _threads
 
 def blas():
     return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()

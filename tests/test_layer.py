@@ -12,7 +12,7 @@ import pytest
 from scipy.linalg import expm
 
 import tpde_lib as tp
-from tpde_lib.gaussian._defect import gauss_hermite
+from tpde_lib.gaussian import gauss_hermite
 
 
 def _loop_softmax(A, V, X, w):
@@ -175,7 +175,10 @@ def test_layer_errors_name_the_argument():
     with pytest.raises(ValueError, match="b must have shape"):
         tp.AffineFeedForward(np.eye(2), [1.0, 2.0, 3.0])
     bad = tp.Layer(att, lambda x, t: x[:, :1])
-    with pytest.raises(ValueError, match="feedforward returned shape"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Layer's feedforward must return an array of shape \(2, 2\) at t=0, got shape \(2, 1\)$",
+    ):
         bad.velocity(np.eye(2))
     with pytest.raises(ValueError, match="mu0 must lie"):
         tp.simulate(tp.Layer(att, normalisation="sphere"), 2 * np.eye(2), [0.0, 1.0])

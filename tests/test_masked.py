@@ -422,7 +422,7 @@ def test_hardy_constant_values_and_its_growth_without_an_atom():
         assert hardy_constant(np.full(k, 1 / k), 1) == pytest.approx(
             sum(1 / i for i in range(1, k + 1)), rel=1e-12
         )
-    with pytest.raises(ValueError, match="p"):
+    with pytest.raises(ValueError, match="^p must be a real number >= 1 or inf"):
         hardy_constant([0.5, 0.5], 0.5)
     with pytest.raises(ValueError, match="p must be 1, 2 or inf"):
         lp_operator_norm(np.eye(2), [0.5, 0.5], 3)

@@ -36,14 +36,18 @@ def test_measures_are_immutable_values():
     assert np.all(mu.points == 0) and np.all(nu.points == 1)
 
 
+#: the one message of a wrong mass (tpde_lib._checks.as_weights), up to what was got
+_WEIGHTS = r"^weights must be non-negative masses summing to 1 \(within 1e-09\), "
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
         (dict(points=np.zeros(3)), "points"),
         (dict(points=np.zeros((0, 2))), "points"),
         (dict(points=[[0.0, np.nan]]), "points"),
-        (dict(points=np.zeros((2, 2)), weights=[0.5, 0.6]), "weights must sum to 1"),
-        (dict(points=np.zeros((2, 2)), weights=[1.5, -0.5]), "weights must be non-negative"),
+        (dict(points=np.zeros((2, 2)), weights=[0.5, 0.6]), _WEIGHTS + "got masses summing to 1.1$"),
+        (dict(points=np.zeros((2, 2)), weights=[1.5, -0.5]), _WEIGHTS + "got a negative mass -0.5$"),
         (dict(points=np.zeros((2, 2)), weights=[1.0]), "weights"),
         (dict(points=np.zeros((2, 2)), positions=[0.0, 1.5]), "positions must lie in"),
         (dict(points=np.zeros((2, 2)), positions=[0.0]), "positions"),

@@ -2,6 +2,14 @@
 
 import textwrap
 
+# jupyter-cache (and its SQLAlchemy) imported once, here, before any of pytester's in-process
+# runs: each run forgets the modules first imported during it, and a second import of
+# SQLAlchemy beside the remains of the first (its compiled extensions stay loaded) failed with
+# "'InternalTraversal' object is not callable" when this file ran as a whole
+import jupyter_cache  # noqa: F401
+import jupyter_cache.base  # noqa: F401
+import jupyter_cache.cache.db  # noqa: F401
+
 from tests.nbmyst import is_myst_notebook, toc_files
 
 HEADER = textwrap.dedent("""\

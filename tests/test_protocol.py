@@ -270,7 +270,9 @@ def test_a_field_of_the_wrong_shape_or_without_d_is_named():
         def field(self, points, weights, positions, t):
             return points[:, :1]
 
-    with pytest.raises(ValueError, match=r"Bad.field returned shape \(5, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"^Bad.field must return an array of shape \(5, 2\) at t=0, got shape \(5, 1\)$"
+    ):
         Bad().velocity(np.ones((5, 2)))
 
     class NoD(tp.Attention):

@@ -159,13 +159,13 @@ def test_sliced_wasserstein_of_a_translation_in_2d_is_length_over_sqrt2():
 
 def test_wasserstein_rejects_bad_arguments():
     mu = Empirical(np.zeros((3, 2)))
-    with pytest.raises(ValueError, match="nu"):
+    with pytest.raises(ValueError, match="^nu must live in the same dimension as mu"):
         wasserstein(mu, Empirical(np.zeros((3, 3))))
     with pytest.raises(ValueError, match="p must"):
         wasserstein(mu, mu, p=0.5)
     with pytest.raises(ValueError, match="method"):
         wasserstein(mu, mu, method="entropic")
-    with pytest.raises(TypeError, match="mu"):
+    with pytest.raises(TypeError, match="^mu must be an Empirical measure"):
         wasserstein(np.zeros((3, 2)), mu)
     with pytest.raises(ValueError, match="n_projections"):
         wasserstein(mu, mu, method="sliced", n_projections=0)

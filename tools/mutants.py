@@ -146,15 +146,15 @@ MUTANTS = [
     M(
         "softmax-closure-A-not-transposed",
         "Sigma' = V S A S + S A S V^T (A^T dropped)",
-        "gaussian/_closure.py",
-        "    return _sym_part2(V @ (cov @ A) @ cov)",
+        "_closures.py",
+        "    return sym_part2(V @ (cov @ A) @ cov)",
         "    return V @ (cov @ A) @ cov + cov @ A @ cov @ _t(V)",
         "05_gaussian_solutions",
     ),
     M(
         "softmax-mean-closure-drops-tilt",
         "alpha' = V alpha (the Sigma A alpha term dropped)",
-        "gaussian/_closure.py",
+        "_closures.py",
         "dmean = _mv(V, mean + _mv(cov @ A, mean))",
         "dmean = _mv(V, mean)",
         "05_gaussian_solutions",
@@ -162,7 +162,7 @@ MUTANTS = [
     M(
         "l2-closure-coupling-halved",
         "l2 closure with c = 1/tau instead of 2/tau",
-        "gaussian/_closure.py",
+        "_closures.py",
         "c = (2.0 / np.asarray(tau, dtype=float))",
         "c = (1.0 / np.asarray(tau, dtype=float))",
         "05_gaussian_solutions",
@@ -170,7 +170,7 @@ MUTANTS = [
     M(
         "l2-closure-key-damping-dropped",
         "l2 closure without (I + c Sigma B)^-1 (W = Sigma)",
-        "gaussian/_closure.py",
+        "_closures.py",
         "W = np.linalg.solve(np.eye(cov.shape[-1]) + c * (cov @ B), cov)",
         "W = np.linalg.solve(np.eye(cov.shape[-1]) + 0.0 * (cov @ B), cov)",
         "06_clustering",
@@ -178,7 +178,7 @@ MUTANTS = [
     M(
         "sinkhorn-gain-is-softmax",
         "Sinkhorn gain G Sigma = Sigma A Sigma (softmax's)",
-        "gaussian/_closure.py",
+        "_closures.py",
         "return 2.0 * (S @ N @ inv_1pD @ S)",
         "return cov @ A @ cov",
         "05_gaussian_solutions",
@@ -186,7 +186,7 @@ MUTANTS = [
     M(
         "linear-closure-drops-mean",
         "linear attention's moment Sigma + alpha alpha^T -> Sigma",
-        "gaussian/_closure.py",
+        "_closures.py",
         "second_moment = cov + mean[..., :, None] * mean[..., None, :]",
         "second_moment = cov + 0.0 * mean[..., :, None] * mean[..., None, :]",
         "05_gaussian_solutions",
@@ -697,7 +697,7 @@ MUTANTS = [
     M(
         "l2-closure-tau-multiplied",
         "l2 closure with c = 2 tau instead of 2 / tau",
-        "gaussian/_closure.py",
+        "_closures.py",
         "c = (2.0 / np.asarray(tau, dtype=float))",
         "c = (2.0 * np.asarray(tau, dtype=float))",
         "05_gaussian_solutions",

@@ -21,6 +21,10 @@ Counts, iteration caps and seeds (:func:`as_count`, :func:`as_seed`)
     Python or NumPy integers, not ``bool`` and not floats (``TypeError``), at least the documented
     minimum (``ValueError``); seeds are >= 0 (a ``numpy.random.Generator`` is accepted only where
     the docstring says so).
+Weights (:func:`as_weights`)
+    Masses of a measure: non-negative, summing to 1 to within ``WEIGHT_SUM_TOL`` (1e-9), one
+    message wherever they enter (``Empirical``, the sphere's energies, the coupled distance, the
+    masked bounds and the figures, which only need them non-negative).
 Choices (:func:`as_choice`), indices (:func:`as_index`), types (:func:`as_instance`)
     A string option must be one of the listed values (``ValueError`` listing them); an index is
     an integer in range (``IndexError`` giving the range); an object of the wrong class raises
@@ -46,30 +50,6 @@ import operator
 
 import numpy as np
 
-__all__ = [
-    "as_float_array",
-    "as_square",
-    "as_covariance",
-    "as_times",
-    "as_positive",
-    "as_at_least",
-    "as_finite",
-    "as_flag",
-    "as_count",
-    "as_seed",
-    "as_rng",
-    "as_choice",
-    "as_index",
-    "as_instance",
-    "as_sink_mass",
-    "unit_scale",
-    "as_square_batch",
-    "as_generator",
-    "as_nonsingular",
-    "as_blowup_times",
-    "checked_result",
-]
-
 
 def _describe_shape(shape):
     inner = ", ".join("*" if s is None else str(s) for s in shape)
@@ -85,7 +65,7 @@ def as_ndarray(name, value):
         raise ValueError(f"{name} must be a rectangular array ({exc})") from exc
 
 
-def _real_dtype_array(name, value):
+def as_real_array(name, value):
     """``value`` as a float64 array if it is real numeric, else ``TypeError`` naming ``name``."""
     if callable(value):
         raise TypeError(f"{name} must be an array of real numbers, got a callable")
@@ -148,7 +128,7 @@ def as_float_array(name, value, ndim=None, shape=None, allow_empty=False):
         Wrong dimension or shape (the expected shape is in the message), an empty axis, NaN or
         infinite entries.
     """
-    arr = _real_dtype_array(name, value)
+    arr = as_real_array(name, value)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
     if shape is not None:
@@ -306,6 +286,26 @@ def as_choice(name, value, choices):
     raise ValueError(f"{name} must be one of {listed}, got {value!r:.60}")
 
 
+#: how far from 1 the masses of a probability measure may sum (round-off of their computation)
+WEIGHT_SUM_TOL = 1e-9
+
+
+def as_weights(name, value, n=None, normalised=True):
+    """Masses: a finite 1-D float64 array of ``n`` entries (any length >= 1 when ``n`` is None),
+    non-negative and, when ``normalised``, summing to 1 to within :data:`WEIGHT_SUM_TOL`.
+
+    ``TypeError`` unless real numeric; ``ValueError`` (one message, naming ``name``) for a wrong
+    shape, a negative mass or another sum.
+    """
+    w = as_float_array(name, value, ndim=1) if n is None else as_float_array(name, value, shape=(n,))
+    expected = "non-negative masses" + (f" summing to 1 (within {WEIGHT_SUM_TOL:g})" if normalised else "")
+    if np.any(w < 0):
+        raise ValueError(f"{name} must be {expected}, got a negative mass {w.min():.12g}")
+    if normalised and abs(w.sum() - 1.0) > WEIGHT_SUM_TOL:
+        raise ValueError(f"{name} must be {expected}, got masses summing to {w.sum():.12g}")
+    return w
+
+
 def as_index(name, value, length, what="entries"):
     """An integer index into ``length`` items (negative counts from the end), made non-negative.
 
@@ -382,7 +382,7 @@ def as_nonsingular(name, value, rcond=1e-13):
 
 def as_blowup_times(name, value, shape=None):
     """Blow-up times: an array of numbers >= 0 or ``+inf`` (none); NaN and negatives raise ValueError."""
-    arr = _real_dtype_array(name, value)
+    arr = as_real_array(name, value)
     if shape is not None and (
         arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape))
     ):
@@ -395,29 +395,33 @@ def as_blowup_times(name, value, shape=None):
     return arr
 
 
-def checked_result(name, value, shape=None, allow_inf=False, part=None):
-    """Check what a reader's callable ``name`` returned: real, finite (``+-inf`` with ``allow_inf``),
-    of ``shape`` when given; errors name the callable (and ``part``, e.g. "M", of its result)
-    and say what was expected."""
-    what = "real numbers" if part is None else f"{part} as real numbers"
+def checked_result(
+    name, value, shape=None, *, part=None, when="", finite=True, allow_inf=False, nonfinite=ValueError
+):
+    """What a reader's callable (or a variant's field) ``name`` returned, checked where it comes
+    back: the one check of results, with one message for each way it can be wrong.
+
+    Real numbers (int or float; ``TypeError`` otherwise), returned as float64 (the value itself
+    when it already is); of ``shape`` when given, a scalar not broadcast (``ValueError``); with
+    ``finite``, no NaN and no infinity (``allow_inf``: no NaN), else ``nonfinite`` is raised
+    (``ValueError``; ``FloatingPointError`` where a non-finite field means a blow-up). ``part``
+    names the part of a result that is checked (``"M"``, ``"the mean derivative"``), ``when``
+    is appended to every message (``" at t=0.5"``).
+    """
+    obj = "an array" if part is None else part
+    want = f"{obj} of real numbers" + ("" if shape is None else f" of shape {tuple(shape)}")
     if value is None or isinstance(value, (str, bytes)) or callable(value):
-        raise TypeError(f"{name} must return {what}, got {type(value).__name__}")
+        raise TypeError(f"{name} must return {want}{when}, got {type(value).__name__}")
     try:
-        arr = np.asarray(value)
+        arr = value if type(value) is np.ndarray else np.asarray(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must return {what} ({exc})") from exc
+        raise TypeError(f"{name} must return {want}{when} ({exc})") from exc
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must return {what} (int or float), got dtype {arr.dtype}")
+        raise TypeError(f"{name} must return {want}{when}, got dtype {arr.dtype}")
     arr = arr.astype(float, copy=False)
     if shape is not None and arr.shape != tuple(shape):
-        raise ValueError(
-            f"{name} must return {'an array' if part is None else part} of shape "
-            f"{tuple(shape)}, got {arr.shape}"
-        )
-    bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
-    if np.any(bad):
-        raise ValueError(
-            f"{name} returned NaN{'' if allow_inf else ' or infinite'} values"
-            + ("" if part is None else f" in {part}")
-        )
+        raise ValueError(f"{name} must return {obj} of shape {tuple(shape)}{when}, got shape {arr.shape}")
+    if finite and not (np.isfinite(arr).all() if not allow_inf else not np.isnan(arr).any()):
+        where = "" if part is None else f" in {part}"
+        raise nonfinite(f"{name} returned NaN{'' if allow_inf else ' or infinite'} values{where}{when}")
     return arr

@@ -13,8 +13,6 @@ import numpy as np
 
 from ._checks import as_finite, as_float_array
 
-__all__ = ["Param"]
-
 
 class Param:
     """A named matrix or vector parameter, constant or time-dependent.

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import as_count, as_float_array, as_positive, as_times
-from .attention._threads import single_blas
+from ._checks import as_count, as_float_array, as_positive, as_times, checked_result
+from ._threads import single_blas
 
 __all__ = ["BatchSolution", "STATUSES", "solve_batch"]
 
@@ -150,14 +150,9 @@ def solve_batch(
 
 
 def _checked(f, t, y, idx):
-    """``f(t, y, idx)`` as a real float array of the shape of ``y`` (TypeError/ValueError)."""
-    dy = f(t, y, idx)
-    if not isinstance(dy, np.ndarray) or dy.dtype.kind not in "fiu":
-        kind = getattr(getattr(dy, "dtype", None), "name", type(dy).__name__)
-        raise TypeError(f"solve_batch: f must return a real array of shape {y.shape} (b, n), got {kind}")
-    if dy.shape != y.shape:
-        raise ValueError(f"solve_batch: f must return an array of shape {y.shape} (b, n), got {dy.shape}")
-    return dy if dy.dtype.kind == "f" else dy.astype(float)
+    """``f(t, y, idx)`` as a real float array of the shape of ``y`` (TypeError/ValueError);
+    not checked for finiteness (a non-finite derivative rejects the step)."""
+    return checked_result("f", f(t, y, idx), y.shape, finite=False)
 
 
 def _solve(f, y, times, rtol, atol, max_steps, stop):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import as_choice, as_float_array
+from ._checks import as_choice, as_float_array, checked_result
 from ._params import Param
 from .attention import Attention, GaussianClosure
 
@@ -298,9 +298,4 @@ class Layer(Attention):
 
 
 def _checked(value, shape, t, what):
-    arr = value if type(value) is np.ndarray else np.asarray(value)
-    if arr.dtype.kind not in "fiu":
-        raise TypeError(f"Layer's {what} returned dtype {arr.dtype} at t={t:g}, expected real numbers")
-    if arr.shape != shape:
-        raise ValueError(f"Layer's {what} returned shape {arr.shape} at t={t:g}, expected {shape} (n, d)")
-    return arr
+    return checked_result(f"Layer's {what}", value, shape, when=f" at t={t:g}", finite=False)

@@ -14,11 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import as_count, as_covariance, as_float_array, as_instance, as_rng, unit_scale
+from ._checks import as_count, as_covariance, as_float_array, as_instance, as_rng, as_weights, unit_scale
 
 __all__ = ["Empirical", "Gaussian", "as_empirical"]
-
-_WEIGHT_SUM_TOL = 1e-9
 
 
 class Empirical:
@@ -62,11 +60,7 @@ class Empirical:
         if weights is None:
             w = np.full(n, 1.0 / n)
         else:
-            w = as_float_array("weights", weights, shape=(n,))
-            if np.any(w < 0):
-                raise ValueError("weights must be non-negative")
-            if abs(w.sum() - 1.0) > _WEIGHT_SUM_TOL:
-                raise ValueError(f"weights must sum to 1, got {w.sum():.12g}")
+            w = as_weights("weights", weights, n)
         if positions is None:
             s = None
         else:

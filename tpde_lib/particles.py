@@ -29,6 +29,7 @@ from ._checks import (
     as_instance,
     as_positive,
     as_times,
+    checked_result,
 )
 from .attention import Attention
 from .measures import Empirical
@@ -361,14 +362,7 @@ def _field_path(att, mu0):
 
     def via_velocity(x, t):
         v = att.velocity(Empirical._trusted(x, w, pos), t)
-        if not isinstance(v, np.ndarray) or v.shape != shape:
-            raise ValueError(
-                f"att.velocity must return an array of shape {shape} (n, d), got "
-                f"{getattr(v, 'shape', type(v).__name__)} at t={t:g}"
-            )
-        if not np.isfinite(v).all():
-            raise FloatingPointError(f"the velocity field is not finite at t={t:g}")
-        return v
+        return checked_result("att.velocity", v, shape, when=f" at t={t:g}", nonfinite=FloatingPointError)
 
     raw = (
         isinstance(att, Attention)
@@ -388,20 +382,7 @@ def _field_path(att, mu0):
         points = x.view()
         points.flags.writeable = False
         v = att.field(points, w, positions, t)
-        if type(v) is not np.ndarray:
-            v = np.asarray(v)
-        if v.dtype.kind not in "fiu":
-            raise TypeError(
-                f"{name}.field returned an array of dtype {v.dtype} at t={t:g}, "
-                f"expected real numbers of shape {shape} (n, d)"
-            )
-        if v.shape != shape:
-            raise ValueError(f"{name}.field returned shape {v.shape} at t={t:g}, expected {shape} (n, d)")
-        if not np.isfinite(v).all():
-            raise FloatingPointError(
-                f"the velocity field of {name} is not finite at t={t:g} (overflow, or NaN from the field)"
-            )
-        return v
+        return checked_result(f"{name}.field", v, shape, when=f" at t={t:g}", nonfinite=FloatingPointError)
 
     return via_field
 

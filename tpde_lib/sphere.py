@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import as_count, as_float_array, as_positive, as_seed, as_times
+from ._checks import as_count, as_float_array, as_positive, as_seed, as_times, as_weights
 
 __all__ = [
     "sphere_energy",
@@ -45,10 +45,7 @@ def _points(name, x):
 def _weights(weights, n):
     if weights is None:
         return np.full(n, 1.0 / n)
-    w = as_float_array("weights", weights, shape=(n,))
-    if np.any(w < 0) or not math.isclose(w.sum(), 1.0, rel_tol=0, abs_tol=1e-12):
-        raise ValueError("weights must be non-negative and sum to 1")
-    return w
+    return as_weights("weights", weights, n)
 
 
 def sphere_energy(points: ArrayLike, beta: float, weights: ArrayLike | None = None) -> float | np.ndarray:

@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ._checks import as_positive
-from .viz._animation import animation_html
+from .viz import animation_html
 
 __all__ = ["explore", "static_twin", "live_panel", "panel_bundle"]
 

@@ -12,23 +12,29 @@ built from query/key matrices :math:`Q, K\in\mathbb R^{k\times d}`; :math:`V\in\
 merges the value and output matrices. Every matrix may be a constant array or a callable
 ``t -> array`` (layer-dependent weights).
 
-Every variant is a subclass of :class:`Attention` (the protocol is in ``_base.py``) and
-evaluates its interactions with the blocked engine :func:`kernel_sums`.
+Every variant is a subclass of :class:`Attention` (the protocol is in ``_base.py``). Softmax,
+multi-head, unnormalised, sigmoid and ℓ² attention evaluate their interactions with the blocked
+engine :func:`kernel_sums`; linear attention needs no kernel (its field is
+:math:`\Gamma(x) = V(\sum_j w_j y_j y_j^\top) A x`, matrix products of the second moment,
+cumulated over positions when causal); Sinkhorn attention solves for its
+potentials with dense kernels (``_dense``) and then calls the engine once.
 
 Modules: ``_base`` (the protocol), ``_kernels`` (the engine), ``_shifts`` (its row shifts),
-``_threads`` (its threads and the BLAS hold), ``_dense`` (the Sinkhorn solver's dense kernels),
-``_bilinear`` (softmax, unnormalised, sigmoid, linear), ``_composite`` (multi-head, ℓ²),
-``_sinkhorn`` (Sinkhorn attention and its solver).
+``_dense`` (the Sinkhorn solver's dense kernels), ``_bilinear`` (softmax, unnormalised, sigmoid,
+linear), ``_composite`` (multi-head, ℓ²), ``_sinkhorn`` (Sinkhorn attention and its solver). The
+engine's threads and BLAS hold are ``tpde_lib._threads``, the Gaussian closures' right-hand sides
+``tpde_lib._closures`` (the base layer, below this package).
 
 Validation happens once per public call: :meth:`Attention.velocity` checks the measure, the
 time and the field it gets back, :func:`kernel_sums` its arrays; the steps inside (a variant's
 ``field``, the engine's private entry ``_kernels.engine_sums``) trust their inputs.
 """
 
+from .._threads import get_num_threads, set_num_threads
 from ._base import PROTOCOL, Attention, GaussianClosure
 from ._bilinear import Linear, Sigmoid, Softmax, Unnormalised
 from ._composite import L2, MultiHead
-from ._kernels import KERNELS, get_num_threads, kernel_sums, set_num_threads
+from ._kernels import KERNELS, kernel_sums
 from ._sinkhorn import Sinkhorn, sinkhorn_potentials
 
 __all__ = [
@@ -48,3 +54,6 @@ __all__ = [
     "Unnormalised",
     "sinkhorn_potentials",
 ]
+
+# documented here (the API reference, pickling): defined in the base layer's tpde_lib._threads
+set_num_threads.__module__ = get_num_threads.__module__ = __name__

@@ -45,12 +45,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import as_at_least, as_finite, as_float_array, as_positive
+from .._checks import as_at_least, as_finite, as_float_array, as_positive, checked_result
 from .._params import Param
+from .._threads import held_blas
 from ..measures import Empirical
-from ._threads import held_blas
-
-__all__ = ["Attention", "GaussianClosure", "PROTOCOL", "MatrixLike"]
 
 #: a parameter of a variant: a constant (d, d) array, or a callable ``t -> array`` (layer weights)
 MatrixLike = ArrayLike | Callable[[float], ArrayLike]
@@ -315,18 +313,9 @@ class Attention:
         # products before and after the engine's blocks included), restored afterwards
         with held_blas(mu.n * mu.n):
             out = self.field(mu.points, mu.weights, positions, t)
-        out = np.asarray(out)
-        if out.dtype.kind not in "fiu":
-            raise TypeError(
-                f"{self.name}.field returned an array of dtype {out.dtype}, expected real numbers"
-            )
-        if out.shape != (mu.n, d):
-            raise ValueError(f"{self.name}.field returned shape {out.shape}, expected ({mu.n}, {d})")
-        if not np.isfinite(out).all():
-            raise FloatingPointError(
-                f"{self.name} velocity field is not finite at t={t:g} (overflow, or NaN from the field)"
-            )
-        return out
+        return checked_result(
+            f"{self.name}.field", out, (mu.n, d), when=f" at t={t:g}", nonfinite=FloatingPointError
+        )
 
     # ---- Gaussian closure ----------------------------------------------------------------
     def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:

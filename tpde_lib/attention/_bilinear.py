@@ -13,13 +13,11 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .. import gaussian as closures  # the Gaussian closures' right-hand sides
+from .. import _closures as closures  # the Gaussian closures' right-hand sides
 from .._checks import as_flag
+from .._threads import held_blas
 from ._base import Attention, GaussianClosure, MatrixLike, matrix_param, square_param
 from ._kernels import engine_sums, normalised, support, times_transpose, weighted_values
-from ._threads import held_blas
-
-__all__ = ["Softmax", "Unnormalised", "Sigmoid", "Linear"]
 
 
 def _norm(M):

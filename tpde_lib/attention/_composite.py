@@ -6,13 +6,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .. import gaussian as closures  # the Gaussian closures' right-hand sides
-from .._checks import as_flag
+from .. import _closures as closures  # the Gaussian closures' right-hand sides
+from .._checks import as_flag, checked_result
+from .._threads import held_blas
 from ._base import Attention, GaussianClosure, matrix_param, square_param
 from ._bilinear import Softmax
-from ._kernels import kernel_sums, normalised, support, times_transpose, weighted_values
-
-__all__ = ["MultiHead", "L2"]
+from ._kernels import engine_sums, normalised, support, times_transpose, weighted_values
 
 
 def _norm(M):
@@ -25,18 +24,11 @@ def _head_result(i, head, what, value, shape, t, finite=True):
     imaginary part (TypeError, ValueError, FloatingPointError naming the head). Closures are
     not checked for finiteness (``finite=False``): a non-finite derivative at a stage state
     makes the Gaussian solvers reject the step."""
-    arr = value if type(value) is np.ndarray else np.asarray(value)
     where = f"MultiHead heads[{i}] ({type(head).__name__})"
     when = "" if t is None else f" at t={t:g}"
-    if arr.dtype.kind not in "fiu":
-        raise TypeError(
-            f"{where} returned {what} of dtype {arr.dtype}{when}, expected real numbers of shape {shape}"
-        )
-    if arr.shape != shape:
-        raise ValueError(f"{where} returned {what} of shape {arr.shape}{when}, expected {shape}")
-    if finite and not np.isfinite(arr).all():
-        raise FloatingPointError(f"{where} returned {what} that is not finite{when}")
-    return arr
+    return checked_result(
+        where, value, shape, part=what, when=when, finite=finite, nonfinite=FloatingPointError
+    )
 
 
 class MultiHead(Attention):
@@ -256,7 +248,10 @@ class L2(Attention):
         ky = times_transpose(keys, self.K(t))  # (m, k)
         queries = np.hstack([qx, np.ones((qx.shape[0], 1))])
         key_feats = np.hstack([ky, -(ky**2).sum(axis=1, keepdims=True) / self.tau])
-        nd = kernel_sums(queries, key_feats, weighted_values(keys, w), "softmax", positions, k_pos)
+        # the engine's private entry (its arrays are built here, valid), with the hold that
+        # kernel_sums would take
+        with held_blas(queries.shape[0] * key_feats.shape[0]):
+            nd = engine_sums(queries, key_feats, weighted_values(keys, w), "softmax", positions, k_pos)
         return normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):

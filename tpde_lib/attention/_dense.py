@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._threads import _PARALLEL_ENTRIES, parallel_blocks
-
-__all__ = ["dense_kernel", "matvec"]
+from .._threads import PARALLEL_ENTRIES, parallel_blocks
 
 #: scores per row block of a dense kernel (32768 float64 = 256 KB; full-width rows of m keys)
 _DENSE_BLOCK_ENTRIES = 32_768
@@ -105,7 +103,7 @@ def dense_kernel(
 def matvec(matrix, x, transpose=False):
     """``matrix @ x`` (or ``matrix.T @ x``), threaded over fixed blocks of rows (columns).
 
-    A product too small ever to be threaded (fewer than ``_threads._PARALLEL_ENTRIES`` entries,
+    A product too small ever to be threaded (fewer than ``_threads.PARALLEL_ENTRIES`` entries,
     or one block: the shapes alone decide, so results do not depend on the thread count) is
     computed in one call.
 
@@ -122,7 +120,7 @@ def matvec(matrix, x, transpose=False):
     size = m if transpose else n
     step = _MATVEC_ROWS if not transpose else 4 * _MATVEC_ROWS
     nblocks = -(-size // step)
-    if n * m < _PARALLEL_ENTRIES or nblocks < 2:
+    if n * m < PARALLEL_ENTRIES or nblocks < 2:
         # never threaded (the shapes alone decide, not the thread count): one product, no block
         # loop (the loop's Python calls cost several times the arithmetic of a 200 x 200 product)
         return x @ matrix if transpose else matrix @ x

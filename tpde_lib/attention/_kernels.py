@@ -35,10 +35,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .._checks import as_ndarray
+from .._threads import PARALLEL_ENTRIES, held_blas, parallel_blocks
 from ._shifts import _loose_blocks, _shift_bounds, _unshifted
-from ._threads import _PARALLEL_ENTRIES, get_num_threads, held_blas, parallel_blocks, set_num_threads
-
-__all__ = ["kernel_sums", "KERNELS", "set_num_threads", "get_num_threads"]
 
 #: scores in one tile at most (65536 float64 = 512 KB, in L2 cache with its keys and values)
 _BLOCK_ENTRIES = 65_536
@@ -86,7 +84,7 @@ def block_shape(n, m, p=_NARROW):
     widest = _BLOCK_COLS if p <= _NARROW else _BLOCK_COLS_WIDE
     cols = max(1, -(-m // max(1, -(-m // widest))))
     rows = max(1, min(n, _BLOCK_ROWS, _BLOCK_ENTRIES // cols))
-    if n * m >= _PARALLEL_ENTRIES:  # enough blocks for the pool, of equal size
+    if n * m >= PARALLEL_ENTRIES:  # enough blocks for the pool, of equal size
         blocks = max(_MIN_BLOCKS, -(-n // rows))
         rows = max(1, -(-n // blocks))
     return rows, cols
@@ -382,7 +380,7 @@ def kernel_sums(
 
     Threads: the row blocks are spread over ``TPDE_NUM_THREADS`` threads (environment variable;
     default: the cores available; :func:`set_num_threads` overrides it) for calls of at least
-    ``_PARALLEL_ENTRIES`` scores, with BLAS held to one thread for the whole call
+    ``PARALLEL_ENTRIES`` scores, with BLAS held to one thread for the whole call
     (``threadpoolctl``) and restored afterwards. The results are bitwise identical for every
     number of threads: the tiles and their operations depend only on the shapes and the data.
     Shifted exponential scores are clamped at -700 where they may fall below it (module

@@ -49,15 +49,13 @@ import warnings
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .. import gaussian as closures  # the Gaussian closures' right-hand sides
+from .. import _closures as closures  # the Gaussian closures' right-hand sides
 from .._checks import as_at_least, as_count, as_finite, as_flag, as_float_array, as_positive
+from .._threads import held_blas, single_blas
 from ._base import GaussianClosure, MatrixLike, as_measure
 from ._bilinear import _Bilinear, _norm, _symmetric_mobility
 from ._dense import dense_kernel, matvec
 from ._kernels import engine_sums, normalised, weighted_values
-from ._threads import held_blas, single_blas
-
-__all__ = ["Sinkhorn", "sinkhorn_potentials"]
 
 _ABSORB = 30.0
 #: kernel entries below this fraction of their row's largest are set to 0 (subnormals are slow)

@@ -24,6 +24,7 @@ Modules: ``_analysis`` (ranks, limits, Lyapunov functions, outcomes, the phase p
 ``_general_v`` (ensembles, surveys, counterexamples, the lower bound, the change of variables).
 """
 
+from .._linalg import numerical_rank
 from ._analysis import (
     BLOWS_UP,
     CONVERGES,
@@ -33,7 +34,6 @@ from ._analysis import (
     classify_outcome,
     lyapunov,
     lyapunov_matrix,
-    numerical_rank,
     phase_diagram,
     predicted_limit_rank,
 )

@@ -12,7 +12,6 @@ from .._checks import (
     as_count,
     as_covariance,
     as_finite,
-    as_flag,
     as_float_array,
     as_nonsingular,
     as_positive,
@@ -21,49 +20,9 @@ from .._checks import (
 from ..attention import Softmax
 from ..gaussian import simulate_gaussian_batch
 
-__all__ = [
-    "numerical_rank",
-    "predicted_limit_rank",
-    "lyapunov",
-    "lyapunov_matrix",
-    "CONVERGES",
-    "BLOWS_UP",
-    "GROWS",
-    "OUTCOME_NAMES",
-    "classify_outcome",
-    "PhaseDiagram",
-    "phase_diagram",
-]
-
 # --------------------------------------------------------------------------------------------
 # Ranks, limits, Lyapunov functions
 # --------------------------------------------------------------------------------------------
-
-
-def numerical_rank(cov: ArrayLike, tol: float = 1e-1, relative: bool = False) -> NDArray[np.int_]:
-    r"""Number of eigenvalues above ``tol`` (batched).
-
-    The histograms of the paper count eigenvalues :math:`> 0.1` (``tol_rank=1e-1``);
-    with ``relative=True`` the threshold is ``tol * max(1, lambda_max)`` per matrix.
-
-    Parameters
-    ----------
-    cov : array_like, shape (..., d, d)
-        Symmetric matrices.
-    tol : float
-        Threshold (> 0).
-    relative : bool
-
-    Returns
-    -------
-    ndarray of int, shape (...)
-    """
-    cov = as_square_batch("cov", cov)
-    tol = as_positive("tol", tol)
-    relative = as_flag("relative", relative)
-    lam = np.linalg.eigvalsh(0.5 * (cov + np.swapaxes(cov, -1, -2)))
-    thr = tol * np.maximum(1.0, lam[..., -1:]) if relative else tol
-    return np.sum(lam > thr, axis=-1)
 
 
 def predicted_limit_rank(A: ArrayLike, tol: float = 1e-10) -> NDArray[np.int_]:

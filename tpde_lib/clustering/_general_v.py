@@ -24,18 +24,6 @@ from ..attention import Softmax
 from ..gaussian import simulate_gaussian, simulate_gaussian_batch
 from ..measures import Gaussian
 
-__all__ = [
-    "random_value_matrices",
-    "pairs_with_sign_condition",
-    "BlowupSurvey",
-    "blowup_survey",
-    "ensemble_survey",
-    "Counterexamples",
-    "sign_condition_counterexamples",
-    "blowup_time_lower_bound",
-    "congruence",
-]
-
 # --------------------------------------------------------------------------------------------
 # General V: ensembles, counterexamples, invariances
 # --------------------------------------------------------------------------------------------

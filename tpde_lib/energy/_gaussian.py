@@ -24,14 +24,6 @@ from .._checks import (
 from .._linalg import psd_sqrt, sym_fn
 from ..measures import Gaussian
 
-__all__ = [
-    "sinkhorn_energy_gaussian",
-    "sinkhorn_energy_gradient_gaussian",
-    "bures_wasserstein_gradient_flow_rhs",
-    "interaction_energy_gaussian",
-    "gaussian_metric",
-]
-
 
 def _h_sv(sigma):
     r"""Per-eigenvalue entropic self-transport value (ε = 1) from a singular value :math:`\sigma`.

@@ -27,8 +27,6 @@ from .._checks import (
 from ..attention import Attention
 from ..measures import Empirical, as_empirical
 
-__all__ = ["sinkhorn_energy", "partition_function", "interaction_energy", "mobility", "dissipation"]
-
 #: rows per block in the O(n^2) interaction sums (memory O(block * n))
 _BLOCK_ROWS = 1024
 #: Sinkhorn sweeps allowed after the first two polishing ones, for the returned plan to meet tol

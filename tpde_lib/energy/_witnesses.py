@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -27,22 +26,9 @@ from .._checks import (
     as_square,
     checked_result,
 )
+from ..attention import Attention
 from ..measures import Empirical, Gaussian, as_empirical
 from ..transport import bures_wasserstein_geodesic, twisted_bures_wasserstein_geodesic
-
-if TYPE_CHECKING:
-    from ..attention import Attention
-
-__all__ = [
-    "velocity_jacobian",
-    "symmetry_defect",
-    "configuration_gradient",
-    "frobenius_gradient",
-    "energy_along_geodesic",
-    "second_differences",
-    "search_geodesic_convexity",
-    "ConvexitySearch",
-]
 
 
 def configuration_gradient(
@@ -119,12 +105,6 @@ def frobenius_gradient(
                 _value("fun", fun(S + step * E)) - _value("fun", fun(S - step * E))
             ) / (2.0 * step)
     return grad
-
-
-def _attention_class():
-    from ..attention import Attention
-
-    return Attention
 
 
 def _value(name, value):
@@ -211,7 +191,7 @@ def velocity_jacobian(
     -------
     ndarray, shape (n d, n d)
     """
-    as_instance("att", att, _attention_class(), "an Attention (e.g. tp.Softmax(A, V))")
+    as_instance("att", att, Attention, "an Attention (e.g. tp.Softmax(A, V))")
     as_empirical("mu", mu)
     step = as_positive("step", step)
     t = as_finite("t", t)

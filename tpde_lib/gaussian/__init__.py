@@ -3,8 +3,9 @@ r"""Gaussian solutions of the Transformer PDE: closures, ODE solvers, blow-up, c
 For the variants whose field is affine on Gaussians the solution started from a Gaussian stays
 Gaussian, and its mean and covariance solve an ODE (the variant's *Gaussian closure*).
 
-Modules: ``_closure`` (every closure's right-hand side, :func:`softmax_rhs` ... :func:`linear_rhs`,
-and a batch of attentions as one vectorised right-hand side), ``_solve``
+Modules: ``tpde_lib._closures`` (every closure's right-hand side, :func:`softmax_rhs` ...
+:func:`linear_rhs`, below the attention package whose variants call them), ``_closure`` (a batch
+of attentions as one vectorised right-hand side), ``_solve``
 (:func:`simulate_gaussian`, :func:`simulate_gaussian_batch`, blow-up detection),
 ``_closed_forms`` (softmax with :math:`V = vI`), ``_layer`` (a layer: softmax plus the
 feed-forward :math:`W = wI` in closed form, and a feed-forward control that steers the
@@ -39,21 +40,14 @@ array([[2., 0.],
        [0., 2.]])
 """
 
+from .._closures import l2_rhs, linear_rhs, multihead_rhs, sinkhorn_gain, sinkhorn_rhs, softmax_rhs
 from ._closed_forms import (
     scalar_closed_form,
     softmax_blowup_time,
     softmax_identity_V_closed_form,
     softmax_limit_cov,
 )
-from ._closure import (
-    covariance_rhs,
-    l2_rhs,
-    linear_rhs,
-    multihead_rhs,
-    sinkhorn_gain,
-    sinkhorn_rhs,
-    softmax_rhs,
-)
+from ._closure import covariance_rhs
 from ._defect import affine_defect, gauss_hermite
 from ._layer import layer_blowup_time, layer_closed_form, layer_equilibrium, steer_covariance
 from ._solve import GaussianBatch, GaussianTrajectory, simulate_gaussian, simulate_gaussian_batch

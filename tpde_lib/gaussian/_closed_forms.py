@@ -15,8 +15,6 @@ from .._linalg import psd_sqrt
 
 _ROUNDOFF = 1e-12  # relative level of round-off in eigenvalues
 
-__all__ = ["softmax_blowup_time", "softmax_identity_V_closed_form", "softmax_limit_cov", "scalar_closed_form"]
-
 
 # --------------------------------------------------------------------------------------------
 def _whitened(cov0, A):

@@ -23,8 +23,6 @@ from ._closure import check_attention
 if TYPE_CHECKING:
     from ..attention import Attention
 
-__all__ = ["affine_defect", "gauss_hermite"]
-
 #: default nodes per dimension of the product grid (the grid has nodes**d points)
 _NODES = {1: 80, 2: 50, 3: 20, 4: 9}
 _MAX_POINTS = 10_000

@@ -15,9 +15,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_count, as_covariance, as_finite, as_float_array, as_positive, as_seed, as_square
+from .._linalg import numerical_rank
 from ._closed_forms import _ROUNDOFF, _unwhiten, _whitened
-
-__all__ = ["layer_closed_form", "layer_blowup_time", "layer_equilibrium", "steer_covariance"]
 
 
 def _gain(w, t):
@@ -251,8 +250,6 @@ def steer_covariance(
             f"attention must have a Gaussian closure (batched_closure), got {type(attention).__name__}"
         ) from err
     mean0 = np.zeros(d) if mean0 is None else as_float_array("mean0", mean0, shape=(d,))
-
-    from ..clustering import numerical_rank  # (clustering imports gaussian: not at import)
 
     r0, r1 = (int(numerical_rank(S, tol=1e-10, relative=True)) for S in (cov0, target))
     if r0 != r1:

@@ -39,13 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import as_covariance, as_float_array, as_index, as_positive, as_times
+from .._checks import as_covariance, as_float_array, as_index, as_positive, as_times, checked_result
 from ..attention import Attention
 from ..integrate import solve_batch
 from ..measures import Gaussian
 from ._closure import BatchRhs, as_attention_list
-
-__all__ = ["GaussianTrajectory", "GaussianBatch", "simulate_gaussian", "simulate_gaussian_batch"]
 
 _GROWTH_FIRST = 1e3  # q must grow by this factor before the first blow-up test
 _GROWTH_NEXT = 10.0  # then the test is repeated each time q grows by this factor
@@ -219,20 +217,9 @@ def _checked_pair(name, res, d, lead=()):
     """
     if not isinstance(res, (tuple, list)) or len(res) != 2:
         raise TypeError(f"{name} must return a pair (dmean, dcov), got {type(res).__name__}")
-    out = []
-    for what, value, shape in (
-        ("mean derivative", res[0], lead + (d,)),
-        ("covariance derivative", res[1], lead + (d, d)),
-    ):
-        arr = np.asarray(value)
-        if arr.dtype.kind not in "fiu":
-            raise TypeError(
-                f"{name} returned a {what} of dtype {arr.dtype}, expected real numbers of shape {shape}"
-            )
-        if arr.shape != shape:
-            raise ValueError(f"{name} returned a {what} of shape {arr.shape}, expected {shape}")
-        out.append(arr)
-    return out[0], out[1]
+    dmean = checked_result(name, res[0], lead + (d,), part="the mean derivative", finite=False)
+    dcov = checked_result(name, res[1], lead + (d, d), part="the covariance derivative", finite=False)
+    return dmean, dcov
 
 
 def _evaluator(rhs):

@@ -21,17 +21,8 @@ from .._checks import (
     as_sink_mass,
     as_square,
     as_times,
+    as_weights,
 )
-
-__all__ = [
-    "prefix_average_matrix",
-    "lp_operator_norm",
-    "hardy_constant",
-    "masked_lipschitz_constant",
-    "masked_stability_constant",
-    "linear_sink_response",
-]
-
 
 # ---- the prefix average and its norms ------------------------------------------------------
 
@@ -59,9 +50,7 @@ def prefix_average_matrix(weights: ArrayLike, positions: ArrayLike | None = None
     ndarray, shape (n, n)
         Row-stochastic: every row sums to 1.
     """
-    w = as_float_array("weights", weights, ndim=1)
-    if np.any(w < 0):
-        raise ValueError("weights must be non-negative")
+    w = as_weights("weights", weights, normalised=False)
     s = (
         np.arange(w.size, dtype=float)
         if positions is None

@@ -17,15 +17,6 @@ from .._checks import as_count, as_finite, as_float_array, as_sink_mass, as_squa
 from ..attention import kernel_sums
 from ..measures import Empirical
 
-__all__ = [
-    "sink_positions",
-    "with_sink",
-    "sink_mass",
-    "position_marginal",
-    "shift_prefix",
-    "sink_attention_share",
-]
-
 
 def sink_positions(
     n: int, sink_mass: float, n_sink: int | None = None

@@ -26,8 +26,6 @@ from ._positions import shift_prefix, with_sink
 if TYPE_CHECKING:
     from ..attention import Attention
 
-__all__ = ["Sensitivity", "sensitivity", "sink_mass_sweep", "prefix_sweep", "fit_exponent"]
-
 
 # ---- measured sensitivity --------------------------------------------------------------------
 

@@ -18,8 +18,6 @@ from scipy.integrate import solve_ivp
 from .._checks import as_float_array, as_index, as_positive, as_times, checked_result
 from ..measures import Gaussian
 
-__all__ = ["AffineFlow", "gaussian_affine_flow"]
-
 
 @dataclass(frozen=True)
 class AffineFlow:

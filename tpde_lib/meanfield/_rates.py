@@ -15,8 +15,6 @@ from numpy.typing import ArrayLike
 from .._checks import as_finite, as_float_array
 from ..measures import Empirical
 
-__all__ = ["coupling_distance", "moment_errors", "RateFit", "fit_rate"]
-
 
 def _pair(x, y, weights):
     x = as_float_array("x", x, ndim=2)

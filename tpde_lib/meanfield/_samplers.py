@@ -12,8 +12,6 @@ from numpy.typing import NDArray
 
 from .._checks import as_count, as_positive, as_rng
 
-__all__ = ["uniform_disk", "sunflower"]
-
 _GOLDEN_ANGLE = np.pi * (3.0 - np.sqrt(5.0))
 
 

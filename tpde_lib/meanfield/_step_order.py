@@ -20,8 +20,6 @@ from ._rates import RateFit, coupling_distance, fit_rate
 if TYPE_CHECKING:
     from ..attention import Attention
 
-__all__ = ["StepOrder", "step_order"]
-
 
 @dataclass(frozen=True)
 class StepOrder:

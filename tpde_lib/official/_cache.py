@@ -32,16 +32,6 @@ from ._histograms import (
 )
 from ._runs import run_paper_euler
 
-__all__ = [
-    "HISTOGRAM_CACHE",
-    "PANELS",
-    "CachedPanel",
-    "load_histogram_cache",
-    "write_histogram_cache",
-    "CacheCheck",
-    "check_cached_histogram",
-]
-
 #: Where the cached protocol results live.
 HISTOGRAM_CACHE = Path(__file__).parent / "data" / "histograms.json"
 

@@ -21,8 +21,6 @@ from ..psd_cone import init_grid, rank_one_direction
 from ._runs import EulerRun, EulerSettings, run_paper_euler
 from ._variants import paper_attention, paper_parameters
 
-__all__ = ["LABELS", "PaperExperiment", "paper_experiment"]
-
 #: The official code's variant names in the book's words (figure titles).
 LABELS = {"softmax": "softmax", "L2": "ℓ²", "multihead": "multi-head", "sinkhorn": "Sinkhorn"}
 

@@ -25,25 +25,12 @@ from .._checks import (
     as_positive,
     as_seed,
 )
+from .._closures import l2_factors, l2_slope, softmax_dcov, sym_part2
 from ..attention import Attention
-from ..gaussian import _closure, covariance_rhs, simulate_gaussian_batch
+from ..gaussian import covariance_rhs, simulate_gaussian_batch
 from ._projected_euler import _psd_projection_verbatim
 from ._runs import EulerSettings, run_paper_euler
 from ._variants import paper_attention, paper_parameters
-
-__all__ = [
-    "HistogramSetting",
-    "histogram_setting",
-    "histogram_inits",
-    "HistogramRun",
-    "paper_histogram_ranks",
-    "EulerBudgetRun",
-    "histogram_euler_budget",
-    "AccurateLimits",
-    "histogram_accurate",
-    "PairedRanks",
-    "paired_ranks",
-]
 
 
 @dataclass(frozen=True)
@@ -314,14 +301,14 @@ def _covariance_only(rhs_fn, P):
     closure. A third of an iteration's calls at d <= 5 went to the mean's unused ODE."""
     if rhs_fn is closures.softmax_rhs:
         A, V = P
-        return lambda S: _closure._softmax_dcov(A, V, S)
+        return lambda S: softmax_dcov(A, V, S)
     if rhs_fn is closures.l2_rhs:
         Q, K, V, tau = P
-        c, Kt, B = _closure._l2_factors(K, tau)
+        c, Kt, B = l2_factors(K, tau)
 
         def rhs(S):
-            _, M = _closure._l2_slope(c, Kt, B, Q, V, S)
-            return _closure._sym_part2(M @ S)
+            _, M = l2_slope(c, Kt, B, Q, V, S)
+            return sym_part2(M @ S)
 
         return rhs
     return None

@@ -17,8 +17,6 @@ from numpy.typing import ArrayLike
 
 from .._checks import as_count, as_covariance, as_float_array, as_positive
 
-__all__ = ["ProjectedEulerResult", "projected_euler"]
-
 
 @dataclass(frozen=True)
 class ProjectedEulerResult:

@@ -15,8 +15,6 @@ from numpy.typing import ArrayLike
 from .._checks import as_count, as_float_array, as_instance, as_positive
 from ._projected_euler import projected_euler
 
-__all__ = ["EulerSettings", "EulerRun", "run_paper_euler"]
-
 
 @dataclass(frozen=True)
 class EulerSettings:

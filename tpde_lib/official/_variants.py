@@ -28,8 +28,6 @@ from .._checks import as_count, as_float_array
 from ..attention import L2, Attention, MultiHead, Sinkhorn, Softmax
 from ..gaussian import covariance_rhs
 
-__all__ = ["VARIANTS", "paper_parameters", "paper_attention", "paper_rhs"]
-
 
 def _softmax_parameters(Q, K, V, H):
     return {"A": np.swapaxes(K, -1, -2) @ Q / np.sqrt(Q.shape[-1]), "V": V}

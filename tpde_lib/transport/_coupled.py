@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array
+from .._checks import as_weights
 from ..measures import Empirical
-
-__all__ = ["coupled_wasserstein", "position_quantile_pieces"]
 
 #: quantile levels closer than this are one cut (masses are probabilities, rounded to ~1e-16)
 _CUT_TOL = 1e-12
@@ -65,11 +63,7 @@ def position_quantile_pieces(w_mu, w_nu):
     i, j : ndarray of int, shape (K,)
         The token of each measure on that piece.
     """
-    w_mu = as_float_array("w_mu", w_mu, ndim=1)
-    w_nu = as_float_array("w_nu", w_nu, ndim=1)
-    for name, w in (("w_mu", w_mu), ("w_nu", w_nu)):
-        if np.any(w < 0) or abs(w.sum() - 1.0) > 1e-9:
-            raise ValueError(f"{name} must hold non-negative masses summing to 1, got sum {w.sum()!r}")
+    w_mu, w_nu = as_weights("w_mu", w_mu), as_weights("w_nu", w_nu)
     F_mu, F_nu = np.cumsum(w_mu), np.cumsum(w_nu)
     cuts = np.unique(np.concatenate([[0.0], F_mu[:-1], F_nu[:-1], [1.0]]))
     # cumulative sums of equal masses differ by rounding (0.2 vs 0.2 + 4e-17): one cut, not a

@@ -18,14 +18,6 @@ from .._linalg import sym_fn as _sym_fn
 from ..measures import Empirical, Gaussian
 from ._wasserstein import _check_pair, bures_wasserstein, wasserstein
 
-__all__ = [
-    "bures_wasserstein_map",
-    "bures_wasserstein_geodesic",
-    "twisted_wasserstein",
-    "twisted_bures_wasserstein",
-    "twisted_bures_wasserstein_geodesic",
-]
-
 
 def _check_gaussian(g, name):
     if not isinstance(g, Gaussian):

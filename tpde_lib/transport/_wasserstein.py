@@ -18,14 +18,6 @@ from .._checks import as_at_least, as_choice, as_count, as_instance, as_seed, un
 from .._linalg import psd_sqrt
 from ..measures import Empirical, Gaussian
 
-__all__ = [
-    "wasserstein",
-    "bures_wasserstein",
-    "conditional_wasserstein",
-    "fibre_distances",
-    "sup_fibre_distance",
-]
-
 _METHODS = ("exact", "sliced")
 # network-simplex iteration budget: far above what n, m <= 10^4 needs (POT's default 1e5 is hit
 # around n ~ 1000, which would silently return a sub-optimal cost)

@@ -9,6 +9,7 @@ when it is called). ``tpde_lib`` imports this package on first use (``tp.viz``),
 ``import tpde_lib`` loads no matplotlib.
 """
 
+from ._animation import animation_html
 from .clouds import animate_clouds, cloud_panels, common_limits, initial_angle, plot_cloud, plot_paths
 from .cone import (
     as_paths,
@@ -28,6 +29,7 @@ __all__ = [
     "common_limits",
     "cloud_panels",
     "animate_clouds",
+    "animation_html",
     "as_paths",
     "path_colours",
     "draw_cone",

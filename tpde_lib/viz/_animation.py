@@ -15,8 +15,6 @@ import re
 import matplotlib
 from matplotlib.animation import Animation
 
-__all__ = ["animation_html"]
-
 #: the player's Font Awesome icons -> text that every font has
 _ICONS = {
     "minus": "\u2212",  # slower

@@ -16,22 +16,11 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
-from .._checks import as_at_least, as_count, as_float_array, as_instance, as_positive
+from .._checks import as_at_least, as_count, as_float_array, as_index, as_instance, as_positive, as_weights
 from ..particles import Trajectory
 from ._animation import animation_html
 
 __all__ = ["plot_cloud", "plot_paths", "initial_angle", "common_limits", "cloud_panels", "animate_clouds"]
-
-
-def _time_index(name: str, k, n_times: int) -> int:
-    """``k`` as an index into ``n_times`` times (negative counts from the end); no wrapping."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"{name} must be an int time index, got {k!r}")
-    if not -n_times <= k < n_times:
-        raise ValueError(
-            f"{name} = {k} is out of range for {n_times} times (valid: {-n_times}..{n_times - 1})"
-        )
-    return int(k) % n_times
 
 
 def _sizes(weights, base=12.0):
@@ -80,9 +69,7 @@ def plot_cloud(
         raise ValueError(f"points must have shape (n, d) with d >= 2, got {pts.shape}")
     base_size = as_positive("base_size", base_size)
     if weights is not None:
-        weights = as_float_array("weights", weights, shape=(pts.shape[0],))
-        if np.any(weights < 0):
-            raise ValueError("weights must be non-negative masses")
+        weights = as_weights("weights", weights, pts.shape[0], normalised=False)
     s = base_size if weights is None else _sizes(weights, base_size)
     kw = {"linewidths": 0, "alpha": 0.9, "zorder": 3}
     kw.update(scatter_kw)
@@ -123,7 +110,7 @@ def plot_paths(
     as_instance("traj", traj, Trajectory, "a Trajectory")
     alpha, lw = _as_unit_interval("alpha", alpha), as_positive("lw", lw)
     n_times = traj.points.shape[0]
-    k = n_times - 1 if upto is None else _time_index("upto", upto, n_times)
+    k = n_times - 1 if upto is None else as_index("upto", upto, n_times, what="times")
     pts = traj.points[: k + 1, :, :2]
     if colours is None:
         colours = initial_angle(traj)
@@ -179,7 +166,7 @@ def common_limits(
     for t in trajs:
         as_instance("trajs", t, Trajectory, "Trajectory objects")
     pts = [
-        t.points[:, :, :2] if k is None else t.points[_time_index("k", k, t.points.shape[0]), :, :2]
+        t.points[:, :, :2] if k is None else t.points[as_index("k", k, len(t.points), what="times"), :, :2]
         for t in trajs
     ]
     allp = np.concatenate([p.reshape(-1, 2) for p in pts])
@@ -237,7 +224,7 @@ def cloud_panels(
     axes = []
     for i, (tr, title) in enumerate(zip(trajs, titles)):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        kk = _time_index("k", k, tr.points.shape[0])
+        kk = as_index("k", k, tr.points.shape[0], what="times")
         if paths:
             plot_paths(ax, tr, upto=kk, colours=colours)
         plot_cloud(ax, tr.points[kk], tr.weights, c=colours)

@@ -1,5 +1,7 @@
-r"""The threads of the kernel engine (:mod:`._kernels`) and of the Sinkhorn solver's dense
-kernels (:mod:`._dense`), and the BLAS limit that goes with them.
+r"""The threads of the kernel engine (``attention/_kernels.py``) and of the Sinkhorn solver's
+dense kernels (``attention/_dense.py``), and the BLAS limit that goes with them (also held by the
+batched integrator, :mod:`tpde_lib.integrate`): a module of the base layer, which every layer
+may import (CONTRIBUTING.md, "Layers").
 
 Threads: ``set_num_threads(k)``, else the environment variable ``TPDE_NUM_THREADS``, else the
 number of cores available to the process. A threaded call hands its row blocks to a
@@ -36,10 +38,8 @@ try:  # optional: holds BLAS to one thread inside the engine's threaded calls
 except ImportError:  # pragma: no cover - depends on the environment
     ThreadpoolController = None
 
-__all__ = ["set_num_threads", "get_num_threads"]
-
 #: calls with fewer scores (n m) run on the calling thread (handing blocks out costs ~0.1 ms)
-_PARALLEL_ENTRIES = 1 << 18
+PARALLEL_ENTRIES = 1 << 18
 
 _state = {"threads": None, "pool": None, "size": 0, "blas": None, "modules": 0}
 #: the BLAS hold shared by all callers: how many are inside, and the thread counts to restore
@@ -118,7 +118,7 @@ def call_threads(nblocks, entries):
     from the data and the settings alone (``get_num_threads`` is parsed here, before any state
     changes). 1 inside a worker of a threaded call, and without ``threadpoolctl`` unless BLAS is
     held to one thread by the environment."""
-    if entries < _PARALLEL_ENTRIES or nblocks < 2 or getattr(_local, "inside", False):
+    if entries < PARALLEL_ENTRIES or nblocks < 2 or getattr(_local, "inside", False):
         return 1
     threads = min(get_num_threads(), nblocks)
     if ThreadpoolController is None and not _blas_single_by_env():

@@ -905,8 +905,9 @@ def test_every_variant_is_bitwise_equal_over_thread_counts_at_every_width(d, poo
     """n = 600 (n^2 above _PARALLEL_ENTRIES: two threads are used). BLAS is allowed two threads
     outside the calls, so that a product left outside the hold (it was the case at d = 64 and
     128: 2e-16 apart) would run on a different number of BLAS threads in the two runs."""
-    import tpde_lib as tp
     from threadpoolctl import threadpool_limits
+
+    import tpde_lib as tp
 
     rng = np.random.default_rng(d)
     n = 600

@@ -15,7 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tpde_lib.attention._kernels as kernels_mod
-from tpde_lib.attention import L2, Linear, MultiHead, Sigmoid, Sinkhorn, Softmax, Unnormalised
+from tpde_lib.attention import (
+    L2,
+    Linear,
+    MultiHead,
+    Sigmoid,
+    Sinkhorn,
+    Softmax,
+    Unnormalised,
+    sinkhorn_potentials,
+)
 from tpde_lib.measures import Empirical
 
 RTOL = 1e-10  # reordering of float64 sums of O(1) terms (see module docstring)
@@ -695,3 +704,58 @@ def test_the_predicted_warm_start_is_exact_to_first_order_and_falls_back_to_the_
     # a fit needing a weight above the cap (extrapolating far): the latest
     far = Y1 + 2.0 * _HISTORY_COEF * (others[0] - Y1)
     assert np.array_equal(_predicted(history, far), history[-1][1])
+
+
+def _clustered(seed, n=300, k=5, scale=2.0, spread=0.05):
+    rng = np.random.default_rng(seed)
+    centres = scale * rng.standard_normal((k, 2))
+    return centres[rng.integers(0, k, n)] + spread * rng.standard_normal((n, 2))
+
+
+def test_a_warm_start_that_stalls_falls_back_to_the_fresh_solve():
+    """Issue 41: one instance on a clustered cloud of 300 tokens and then on another stalled at
+    a violation of 1e-5 after 10 000 passes (the first cloud's Newton factors steered the second
+    solve wrong) where a fresh instance converges in about 300. Now the warm solve is followed
+    by a cold one, whose result is the fresh instance's, bitwise."""
+    A, I = np.array([[1.0, 0.2], [0.0, 1.0]]), np.eye(2)
+    sk = Sinkhorn(A, I, eps=0.4)
+    sk.velocity(_clustered(0))
+    second = _clustered(1)
+    v = sk.velocity(second)
+    assert sk.last_log["converged"] and sk.last_log["warm_fallback"]
+    fresh = Sinkhorn(A, I, eps=0.4)
+    assert np.array_equal(v, fresh.velocity(second))
+    assert not fresh.last_log["warm_fallback"]
+    # the history that predicted badly is forgotten: the next start is the latest potential
+    assert len(sk.warm_start["history"]) == 1
+
+
+@pytest.mark.parametrize(
+    "g0",
+    [np.full(30, 1e300), np.full(30, 1e12), np.full(30, -1e300), np.where(np.arange(30) % 2, 1e300, -1e300)],
+    ids=["1e300", "offset-1e12", "-1e300", "alternating-1e300"],
+)
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_absurd_warm_starts_give_potentials_whose_plan_has_the_marginals(g0, symmetric):
+    """The plan is computed here from the returned potentials, independently of the solver: a
+    constant offset of 1e12 in g0 had become an offset of f and g whose round-off (1e-16 x 1e12)
+    left the plan 6e-5 off its marginals while the solver reported convergence; 1e300 gave
+    potentials of +-1e300 whose plan missed by 2e5."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((30, 2))
+    w = rng.uniform(0.5, 1.5, 30)  # not uniform: a plan that forgot the scores misses them
+    w /= w.sum()
+    A = np.eye(2) if symmetric else np.array([[1.0, 0.2], [0.0, 1.0]])
+    f, g, log = sinkhorn_potentials(x, w, A, g0=g0)
+    assert log["converged"]
+    assert np.abs(f).max() < 100 and np.abs(g).max() < 100  # a sane gauge
+    P = np.exp(x @ A.T @ x.T + f[:, None] + g[None, :]) * np.outer(w, w)
+    assert np.abs(P.sum(axis=0) - w).sum() < 2e-9
+    assert np.abs(P.sum(axis=1) - w).sum() < 2e-9
+
+
+def test_a_warm_start_beyond_float64_once_centred_is_refused():
+    x = np.random.default_rng(0).standard_normal((4, 2))
+    g0 = np.array([1.7e308, 1.7e308, 1.7e308, -1.7e308])  # centred: -2.55e308
+    with pytest.raises(ValueError, match="g0"):
+        sinkhorn_potentials(x, np.full(4, 0.25), np.eye(2), g0=g0)

@@ -884,3 +884,46 @@ def test_a_blas_loaded_inside_a_hold_is_held_by_the_next_hold_and_restored():
     if loaded_another == "True":  # scipy brought a BLAS of its own (the wheels do)
         assert inside == "[1]"  # every BLAS at one thread inside, the new one too
     assert restored == "True"  # the BLAS loaded before the holds is restored
+
+
+def _variants_at(d, rng):
+    """Every built-in variant at dimension d, with scores of moderate size (Sinkhorn converges
+    in a few passes): their fields must not depend on the thread count at any d."""
+    import tpde_lib as tp
+
+    A = rng.standard_normal((d, d)) / (2 * d)
+    V = rng.standard_normal((d, d)) / np.sqrt(d)
+    Q, Kmat = rng.standard_normal((2, d, d)) / d
+    return {
+        "softmax": tp.Softmax(A, V),
+        "causal": tp.Softmax(A, V, causal=True),
+        "multihead": tp.MultiHead([tp.Softmax(A, V), tp.Softmax(A.T, V)]),
+        "l2": tp.L2(Q, Kmat, V),
+        "sinkhorn": tp.Sinkhorn(A + A.T, V, tol=1e-6),
+        "sigmoid": tp.Sigmoid(A, V, bias=-1.0),
+        "linear": tp.Linear(A, V),
+        "unnormalised": tp.Unnormalised(A, V),
+        "layer": tp.Layer(tp.Softmax(A, V), tp.AffineFeedForward(V)),
+    }
+
+
+@pytest.mark.parametrize("d", [2, 16, 64, 128])
+def test_every_variant_is_bitwise_equal_over_thread_counts_at_every_width(d, pool_allowed):
+    """n = 600 (n^2 above _PARALLEL_ENTRIES: two threads are used). BLAS is allowed two threads
+    outside the calls, so that a product left outside the hold (it was the case at d = 64 and
+    128: 2e-16 apart) would run on a different number of BLAS threads in the two runs."""
+    from threadpoolctl import threadpool_limits
+
+    import tpde_lib as tp
+
+    rng = np.random.default_rng(d)
+    n = 600
+    mu = tp.Empirical(rng.standard_normal((n, d)), positions=(np.arange(n) % 50) / 50)
+    results = {}
+    with threadpool_limits(2, user_api="blas"):
+        for k in (1, 2):
+            K.set_num_threads(k)
+            for name, att in _variants_at(d, np.random.default_rng(d + 1)).items():
+                results.setdefault(name, []).append(att.velocity(mu))
+    for name, (one, two) in results.items():
+        assert np.array_equal(one, two), f"{name} at d={d}: {np.abs(one - two).max():.3g}"

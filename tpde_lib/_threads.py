@@ -201,8 +201,19 @@ def held_blas(entries, nblocks=2):
     """A context holding BLAS to one thread, if a call of ``entries`` scores (and ``nblocks``
     row blocks) runs the engine's own threads (:func:`call_threads`); otherwise one that does
     nothing. The hold is shared by every caller of the process: the first one in saves the BLAS
-    thread counts and limits them, the last one out restores them, on every path."""
-    if ThreadpoolController is None or call_threads(nblocks, entries) == 1:
+    thread counts and limits them, the last one out restores them, on every path.
+
+    Whether BLAS is held depends on the call's size alone, not on the number of threads: a
+    call large enough to be threaded holds BLAS even when it runs on one thread, so that its
+    products (the queries ``x A^T`` before the blocks, the tiles inside them) are computed by
+    the same BLAS code whatever :func:`get_num_threads` says (OpenBLAS on two threads gave
+    results 2e-16 apart from one thread at d = 64 and 128)."""
+    if (
+        ThreadpoolController is None
+        or entries < _PARALLEL_ENTRIES
+        or nblocks < 2
+        or getattr(_local, "inside", False)
+    ):
         return _NOT_HELD
     return _Held()
 

@@ -69,6 +69,9 @@ _HISTORY = 4
 #: largest weight of a previous potential in that prediction (else the latest is used)
 _HISTORY_COEF = 4.0
 _SYMMETRIC_ITERS = 100
+#: alternating potentials whose weighted mean exceeds this are shifted back to mean zero: their
+#: round-off (1e-16 of it) would otherwise reach the scores (the solver's own stay far below it)
+_GAUGE = 1e4
 #: Newton steps for at most this many tokens (an m x m product and LU factorisation per fresh Hessian)
 _NEWTON_MAX = 2000
 #: a fresh Hessian costs about m / _NEWTON_SWEEPS plain sweeps (measured, m = 200)
@@ -115,6 +118,20 @@ def _predicted(history, Y):
             return g1
         g = g1 + sum(ck * (gk - g1) for ck, (_, gk) in zip(c, history[:-1]))
     return g if np.all(np.isfinite(g)) else g1
+
+
+def _gauged(name, g, w):
+    """A potential shifted to weighted mean zero, ``g - <w, g>`` (a change of gauge: the plan is
+    the same). The potentials returned start from it, so that an offset in a warm start (1e12,
+    1e300) does not become an offset of f and g whose round-off, about 1e-16 |f|, would exceed
+    the marginals' tolerance (g0 = 1e12 gave plans 6e-5 off their marginals)."""
+    c = float(w @ (0.5 * g))  # halves: no overflow near the largest float
+    out = 0.5 * g - c
+    if np.abs(out).max() > 0.5 * np.finfo(float).max:
+        raise ValueError(
+            f"{name} spans more than float64 holds once centred (max |{name}| = {np.abs(g).max():.3g})"
+        )
+    return out + out
 
 
 def _is_symmetric(A):
@@ -427,6 +444,10 @@ class _Run:
                 # scalings out of range (a warm start far from the solution: whole columns of the
                 # stabilised kernel underflow), an exact log-domain column half-step instead
                 g = self.column_pass(T) if g_new is None else g_new
+                if self.mode != "symmetric" and abs(c := float(self.w @ g)) > _GAUGE:
+                    # an offset the scores drown in (a warm start far off): the gauge f + c,
+                    # g - c is the same plan, and the next row pass computes f afresh
+                    g = g - c
             if not np.all(np.isfinite(g)):
                 raise RuntimeError(
                     f"Sinkhorn potentials are not finite after {self.it} "
@@ -471,7 +492,9 @@ def sinkhorn_potentials(
     max_iter : int
         Cap on the number of passes over the kernel (every pass counts).
     g0 : ndarray, shape (m,), optional
-        Warm start for the column potential (default 0), finite.
+        Warm start for the column potential (default 0), finite. Used up to an additive
+        constant (shifted to weighted mean zero, which does not change the plan); a warm solve
+        that does not converge is followed by a cold one, whose result is returned.
     omega0 : float
         Warm start for the over-relaxation factor, in [1, 2) (1: plain Sinkhorn).
 
@@ -483,7 +506,8 @@ def sinkhorn_potentials(
     log : dict
         ``"n_iter"``, ``"err"`` (final L1 marginal violation), ``"converged"`` (err <= tol),
         ``"symmetric"``, ``"omega"`` (the over-relaxation factor reached), ``"span"`` (max - min
-        of the scores / eps), as POT's ``log=True`` outputs.
+        of the scores / eps), as POT's ``log=True`` outputs, and ``"warm_fallback"`` (a warm
+        start did not converge and a cold solve was run: ``n_iter`` counts both).
 
     Raises
     ------
@@ -512,7 +536,7 @@ def sinkhorn_potentials(
     omega0 = as_at_least("omega0", omega0, 1.0)
     if omega0 >= 2.0:
         raise ValueError(f"omega0 must be in [1, 2) (an over-relaxation factor), got {omega0!r}")
-    g0 = None if g0 is None else as_float_array("g0", g0, shape=(m,))
+    g0 = None if g0 is None else _gauged("g0", as_float_array("g0", g0, shape=(m,)), weights)
     _load_linalg(m)
     with single_blas():  # BLAS on one thread for the whole solve (_potentials)
         return _potentials(points, weights, A, eps, tol, max_iter, g0, omega0)[:3]
@@ -521,6 +545,40 @@ def sinkhorn_potentials(
 def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0, hessian=None):
     """:func:`sinkhorn_potentials` on validated arguments (the Sinkhorn field's own calls), with
     the LU factors of a Hessian to start Newton from (``hessian``, returned as the fourth output).
+
+    A warm start (``g0``, ``omega0 != 1`` or ``hessian``) cannot change the outcome: a warm solve
+    that does not converge within ``max_iter`` passes, or whose potentials under/overflow
+    (``RuntimeError``), is followed by a cold solve (``g0 = 0``, ``omega0 = 1``, no Hessian)
+    with a budget of its own, whose result is returned: the one a fresh start gives, bitwise
+    (its ``n_iter`` counts the passes of both solves; ``log["warm_fallback"]`` says it
+    happened). A clustered cloud's warm start stalled at 5.8e-6 after 10 000 passes where a
+    cold start converges in about 600.
+    """
+    if g0 is None and omega0 == 1.0 and hessian is None:
+        out = _solve_once(points, weights, A, eps, tol, max_iter, None, 1.0, None)
+        out[2]["warm_fallback"] = False
+        return out
+    try:
+        out = _solve_once(points, weights, A, eps, tol, max_iter, g0, omega0, hessian)
+    except RuntimeError:
+        out, spent = None, max_iter
+    else:
+        spent = out[2]["n_iter"]
+        f, g, log = out[:3]
+        # potentials far beyond the scores' span (a warm start of +-1e300) hide the scores in
+        # their round-off, and the solver's own violation cannot see it: a cold solve instead
+        bound = max(_GAUGE, 4.0 * (log["span"] + float(np.abs(np.log(weights)).max())))
+        if log["converged"] and max(np.abs(f).max(), np.abs(g).max()) <= bound:
+            log["warm_fallback"] = False
+            return out
+    out = _solve_once(points, weights, A, eps, tol, max_iter, None, 1.0, None)
+    out[2]["n_iter"] += spent
+    out[2]["warm_fallback"] = True
+    return out
+
+
+def _solve_once(points, weights, A, eps, tol, max_iter, g0, omega0, hessian):
+    """One solve of :func:`_potentials` from the given start (no fallback).
 
     Callers hold BLAS to one thread (:func:`single_blas`): the solver's products are threaded by
     :mod:`._dense` where large, and too small to gain from BLAS threads otherwise (OpenBLAS threads
@@ -574,8 +632,10 @@ class Sinkhorn(_Bilinear):
     those potentials whose supports best match its own (a first-order prediction in the
     positions, which across the stages of a Runge-Kutta step halved the sweeps of chapter 1's
     panel), so the steps of a simulation start near their solution; :meth:`reset` forgets it.
-    The converged result does not depend on the start (up to ``tol``). It is the only state
-    kept.
+    The converged result does not depend on the start (up to ``tol``): a warm solve that does
+    not converge within ``max_iter`` passes, or under/overflows, is followed by a cold one
+    (a fresh instance's solve, bitwise), and the history is then forgotten. It is the only
+    state kept.
 
     Parameters
     ----------
@@ -690,7 +750,8 @@ class Sinkhorn(_Bilinear):
             )
         self.last_log = log
         # (g is finite: the solver raises otherwise), kept whether or not it converged
-        history = warm["history"][-_HISTORY + 1 :] if fits else ()
+        # after a fallback to a cold start the old supports predicted badly: forgotten
+        history = warm["history"][-_HISTORY + 1 :] if fits and not log["warm_fallback"] else ()
         self.warm_start = {
             "m": Y.shape[0],
             "symmetric": log["symmetric"],

@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike
 
 from ._checks import as_choice, as_count, as_float_array, as_index, as_times
 from .attention import Attention
-from .measures import Empirical
+from .measures import _WEIGHT_SUM_TOL, Empirical
 from .particles import (
     MAX_STEPS,
     HasVelocity,
@@ -121,18 +121,33 @@ class Ensemble:
         )
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """The members as arrays, each member valid as an :class:`~tpde_lib.Empirical` measure."""
+
+    points: np.ndarray  # (B, n, d)
+    weights: np.ndarray  # (B, n)
+    positions: np.ndarray | None  # (B, n)
+
+    def measure(self, b):
+        p = None if self.positions is None else self.positions[b]
+        return Empirical(self.points[b], self.weights[b], p)
+
+
 def _members(points, weights, positions):
-    """The batch as Empirical measures (each validated as one), and its arrays."""
+    """The batch, validated as B Empirical measures would be (the same rules and messages, the
+    member named): vectorised checks first, a member that fails them rebuilt as an Empirical
+    measure, which raises its own error (or accepts it: the quick checks are never looser)."""
     if isinstance(points, (list, tuple)) and points and all(isinstance(p, Empirical) for p in points):
         if weights is not None or positions is not None:
             raise ValueError("weights and positions come with the Empirical members: pass neither")
-        mus = list(points)
-        shapes = {mu.points.shape for mu in mus}
+        shapes = {mu.points.shape for mu in points}
         if len(shapes) != 1:
             raise ValueError(f"the members must all have the same shape (n, d), got {sorted(shapes)}")
-        if len({mu.positions is None for mu in mus}) != 1:
+        if len({mu.positions is None for mu in points}) != 1:
             raise ValueError("either every member has positions or none has")
-        return mus
+        pos = None if points[0].positions is None else np.stack([mu.positions for mu in points])
+        return _Batch(np.stack([mu.points for mu in points]), np.stack([mu.weights for mu in points]), pos)
     x = as_float_array("points", points, ndim=3)
     B, n, _ = x.shape
     if B == 0 or n == 0:
@@ -140,22 +155,28 @@ def _members(points, weights, positions):
 
     def per_member(name, value):
         if value is None:
-            return [None] * B
+            return None
         arr = as_float_array(name, value)
         if arr.shape == (n,):
-            return [arr] * B
+            return np.broadcast_to(arr, (B, n))
         if arr.shape != (B, n):
             raise ValueError(f"{name} must have shape ({n},) or ({B}, {n}), got {arr.shape}")
-        return list(arr)
+        return arr
 
-    ws, ps = per_member("weights", weights), per_member("positions", positions)
-    mus = []
-    for b in range(B):
+    w, p = per_member("weights", weights), per_member("positions", positions)
+    if w is None:
+        w = np.full((B, n), 1.0 / n)
+        ok = np.ones(B, dtype=bool)
+    else:
+        ok = (w >= 0).all(axis=1) & (np.abs(w.sum(axis=1) - 1.0) <= 0.5 * _WEIGHT_SUM_TOL)
+    if p is not None:
+        ok &= ((p >= 0) & (p <= 1)).all(axis=1)
+    for b in np.flatnonzero(~ok):
         try:
-            mus.append(Empirical(x[b], ws[b], ps[b]))
+            Empirical(x[b], w[b], None if p is None else p[b])
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"member {b}: {exc}") from exc
-    return mus
+    return _Batch(x.copy(), np.array(w, dtype=float), None if p is None else np.array(p, dtype=float))
 
 
 def _batched(att):
@@ -241,7 +262,7 @@ def simulate_batch(
     >>> bool(np.allclose(ens.points[:, -1], exact, rtol=1e-9, atol=1e-10))  # RK4 error
     True
     """
-    mus = _members(points, weights, positions)
+    batch = _members(points, weights, positions)
     times = as_times("times", times)
     method = as_choice("method", method, ("euler", "rk4", "adaptive"))
     on_blowup = as_choice("on_blowup", on_blowup, ("raise", "stop"))
@@ -249,68 +270,62 @@ def simulate_batch(
         max_steps = as_count("max_steps", max_steps, 1)
     options = dict(method=method, h=h, rtol=rtol, atol=atol, ivp_method=ivp_method, max_steps=max_steps)
     if method == "adaptive" or times.size == 1 or not _batched(att):
-        return _loop(att, mus, times, on_blowup, options)
-    # validate every option as simulate does (on one member, one time: no integration)
-    simulate(att, mus[0], times[:1], **options)
-    return _stepped(att, mus, times, on_blowup, method, h, max_steps)
+        return _loop(att, batch, times, on_blowup, options)
+    # every option and the attention against the members' shape, as simulate checks them (on
+    # one member, one time: no integration)
+    simulate(att, batch.measure(0), times[:1], **options)
+    return _stepped(att, batch, times, on_blowup, method, h, max_steps)
 
 
-def _assemble(times, mus, trajs):
-    B, (n, d) = len(mus), mus[0].points.shape
+def _loop(att, batch, times, on_blowup, options):
+    B, _, n, d = (len(batch.points), times.size) + batch.points.shape[1:]
     points = np.full((B, times.size, n, d), np.nan)
     blowups, reached = np.full(B, np.nan), np.empty(B, dtype=np.int64)
-    for b, tr in enumerate(trajs):
+    for b in range(B):
+        try:
+            tr = simulate(att, batch.measure(b), times, on_blowup=on_blowup, **options)
+        except FloatingPointError as exc:
+            raise FloatingPointError(f"member {b}: {exc}") from exc
         points[b, : len(tr)] = tr.points
         reached[b] = len(tr)
         if tr.blowup_time is not None:
             blowups[b] = tr.blowup_time
-    weights = np.stack([mu.weights for mu in mus])
-    positions = None if mus[0].positions is None else np.stack([mu.positions for mu in mus])
-    return Ensemble(times, points, weights, positions, blowups, reached)
+    return Ensemble(times, points, batch.weights, batch.positions, blowups, reached)
 
 
-def _loop(att, mus, times, on_blowup, options):
-    trajs = []
-    for b, mu in enumerate(mus):
-        try:
-            trajs.append(simulate(att, mu, times, on_blowup=on_blowup, **options))
-        except FloatingPointError as exc:
-            raise FloatingPointError(f"member {b}: {exc}") from exc
-    return _assemble(times, mus, trajs)
-
-
-def _stepped(att, mus, times, on_blowup, method, h, max_steps):
+def _stepped(att, batch, times, on_blowup, method, h, max_steps):
     """The fixed-step schemes on every member at once (``att`` has a batched field)."""
-    B, (n, d) = len(mus), mus[0].points.shape
+    B, n, d = batch.points.shape
     counts, steps = _step_counts(times, h, method)
     budget = MAX_STEPS[method] if max_steps is None else max_steps
     _check_step_budget(math.fsum(counts), budget, method, h)
     counts = counts.astype(np.int64)
-    weights = np.stack([mu.weights for mu in mus])
-    positions = None if mus[0].positions is None else np.stack([mu.positions for mu in mus])
+    weights, positions = batch.weights, batch.positions
+    # what att.velocity checks of a measure, for every member: the attention against the
+    # members' shape (on member 0: the same for all), and for causal attention each member's
+    # positions against its weights
+    try:
+        att.velocity(batch.measure(0), times[0])
+    except FloatingPointError:
+        pass  # member 0 blows up in its first step: found there
     causal_pos = positions if att.causal else None
+    if causal_pos is not None:
+        first_seen = np.where(weights > 0, causal_pos, np.inf).min(axis=1)
+        unseen = (causal_pos < first_seen[:, None]).any(axis=1)
+        if unseen.any():
+            raise ValueError(
+                f"member {int(np.argmax(unseen))}: causal attention: every token needs a token "
+                "of positive weight at a position <= its own (positions vs weights)"
+            )
     out = np.full((B, times.size, n, d), np.nan)
-    out[:, 0] = np.stack([mu.points for mu in mus])
+    out[:, 0] = batch.points
     blowups, reached = np.full(B, np.nan), np.full(B, times.size, dtype=np.int64)
     step = _euler_step if method == "euler" else _rk4_step
     active = np.arange(B)  # the members still running, in order
-    x = out[:, 0].copy()
-    first = [True]
+    x = batch.points.copy()
     bad = np.zeros(B, dtype=bool)  # members whose field or points stopped being finite in a step
 
     def field(y, t):
-        if first[0]:  # the first evaluation of each member: the whole protocol, as simulate
-            first[0] = False
-            v = np.empty_like(y)
-            for b in range(B):
-                try:
-                    v[b] = att.velocity(Empirical._trusted(y[b], weights[b], mu_pos(b)), t)
-                except FloatingPointError:
-                    v[b] = np.nan
-                    bad[b] = True
-                except (TypeError, ValueError) as exc:
-                    raise type(exc)(f"member {b}: {exc}") from exc
-            return v
         pos = None if causal_pos is None else causal_pos[active]
         v = att.field_batch(y, weights[active], pos, t)
         if type(v) is not np.ndarray or v.dtype.kind != "f" or v.shape != y.shape:
@@ -321,9 +336,6 @@ def _stepped(att, mus, times, on_blowup, method, h, max_steps):
         finite = np.isfinite(y).all(axis=(1, 2)) & np.isfinite(v).all(axis=(1, 2))
         bad[active[~finite]] = True
         return v
-
-    def mu_pos(b):
-        return None if positions is None else positions[b]
 
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(times.size - 1):

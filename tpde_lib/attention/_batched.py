@@ -22,7 +22,7 @@ from .._threads import held_blas, parallel_blocks
 
 #: up to this many keys, row maxima are taken column by column (one vectorised ``maximum``
 #: per key over the whole chunk) rather than by a reduction along each short row
-_COLUMNWISE_MAX = 16
+_COLUMNWISE_MAX = 48
 
 
 def _row_max(S):

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import as_choice, as_count, as_float_array, as_index, as_times
+from ._checks import WEIGHT_SUM_TOL, as_choice, as_count, as_float_array, as_index, as_times
 from .attention import Attention
-from .measures import _WEIGHT_SUM_TOL, Empirical
+from .measures import Empirical
 from .particles import (
     MAX_STEPS,
     HasVelocity,
@@ -168,7 +168,7 @@ def _members(points, weights, positions):
         w = np.full((B, n), 1.0 / n)
         ok = np.ones(B, dtype=bool)
     else:
-        ok = (w >= 0).all(axis=1) & (np.abs(w.sum(axis=1) - 1.0) <= 0.5 * _WEIGHT_SUM_TOL)
+        ok = (w >= 0).all(axis=1) & (np.abs(w.sum(axis=1) - 1.0) <= 0.5 * WEIGHT_SUM_TOL)
     if p is not None:
         ok &= ((p >= 0) & (p <= 1)).all(axis=1)
     for b in np.flatnonzero(~ok):

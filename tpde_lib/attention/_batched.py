@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels import _CHUNK_ENTRIES, _SMALL_ENTRIES
 from .._threads import held_blas, parallel_blocks
+from ._kernels import _CHUNK_ENTRIES, _SMALL_ENTRIES
 
 #: up to this many keys, row maxima are taken column by column (one vectorised ``maximum``
 #: per key over the whole chunk) rather than by a reduction along each short row

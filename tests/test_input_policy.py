@@ -44,6 +44,7 @@ PACKAGES = [
     "attention",
     "official",
     "particles",
+    "ensembles",
     "integrate",
 ]
 
@@ -339,6 +340,20 @@ VALID = {
         max_steps=100,
     ),
     ("particles", "depth"): dict(times=[0.0, 1.0], h=0.25),
+    ("ensembles", "simulate_batch"): dict(
+        att=SOFT,
+        points=np.stack([X6, X6 + 0.5]),
+        times=[0.0, 0.1],
+        weights=np.full(6, 1 / 6),
+        positions=None,
+        method="rk4",
+        h=0.05,
+        rtol=1e-6,
+        atol=1e-9,
+        ivp_method="DOP853",
+        on_blowup="stop",
+        max_steps=100,
+    ),
     ("integrate", "solve_batch"): dict(
         f=_decay, y0=np.ones((2, 3)), times=[0.0, 0.5], rtol=1e-6, atol=1e-9, max_steps=1000, stop=None
     ),
@@ -504,6 +519,7 @@ def test_reader_callable_results_are_checked_naming_the_callable(module, name, a
 
 MEAN = np.array([0.0, 0.1])
 TRAJ = tp.simulate(SOFT, MU, [0.0, 0.1, 0.2], h=0.05)
+ENSEMBLE = tp.simulate_batch(SOFT, np.stack([X6, X6 + 0.5]), [0.0, 0.1, 0.2], h=0.05)
 GTRAJ = tp.simulate_gaussian(SOFT, G0, [0.0, 0.1])
 GBATCH = tp.simulate_gaussian_batch(SOFT, np.stack([S2, I2]), [0.0, 0.1])
 FLOW = tp.meanfield.gaussian_affine_flow(_affine, G0, [0.0, 0.1])
@@ -579,11 +595,13 @@ METHODS = {
         dict(variant=E1_VARIANT, times=[0.0, 0.1], n_u=2, n_c=2, rtol=1e-6, atol=1e-9),
     ),
     ("particles", "Trajectory", "measure"): (TRAJ, dict(k=1)),
+    ("ensembles", "Ensemble", "member"): (ENSEMBLE, dict(b=1)),
 }
 
 #: public methods with arguments that are not entry points, and why
 NOT_ENTRY_POINTS = {
     "field": "the hook velocity calls on data it has validated (the protocol)",
+    "field_batch": "the hook simulate_batch calls on data it has validated (the protocol)",
     "velocity@HasVelocity": "a typing Protocol, no code",
     "gaussian_rhs@Attention": "raises NotImplementedError naming the variant (no closure)",
     "growth_rate@Attention": "raises NotImplementedError naming the variant",

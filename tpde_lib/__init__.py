@@ -12,18 +12,18 @@ built from Q, K in R^{k x d}; V in R^{d x d} merges value and output matrices.
 
 The root holds the public API (``__all__``); the subpackages hold the rest, one concept each:
 ``measures`` (Empirical, Gaussian), ``attention`` (the protocol :class:`Attention`, the blocked
-engine :func:`kernel_sums` and the variants), ``particles`` (token simulations), ``layer`` (a
-Transformer layer: attention + feed-forward + normalisation on the sphere), ``gaussian`` (the
-Gaussian closures' right-hand sides, their solvers, blow-up, closed forms, the affine defect),
-``integrate`` (a batched adaptive ODE integrator), ``transport`` (Wasserstein distances,
-Bures–Wasserstein maps and geodesics), ``meanfield`` (samplers, exact affine flows, rate fits,
-step orders), ``stability`` (explicit constants), ``masked`` (causal attention, the attention
-sink), ``clustering`` (ranks, Lyapunov functions, blow-up surveys), ``sphere`` (tokens on the
-sphere: energy, clusters, plateaus), ``psd_cone`` (the 2×2 cone picture), ``energy``
-(gradient-flow structure), ``official`` (the authors' released schemes, reproduced), ``viz``
-and ``widgets`` (figures, panels and their static twins). The subpackages that need heavy
-dependencies (scipy.stats, POT, matplotlib) are imported on first access, ``tp.energy`` or
-``tp.viz``, so that ``import tpde_lib`` stays light.
+engine :func:`kernel_sums` and the variants), ``particles`` (token simulations), ``ensembles``
+(many clouds in one call), ``layer`` (a Transformer layer: attention + feed-forward +
+normalisation on the sphere), ``gaussian`` (the Gaussian closures' right-hand sides, their
+solvers, blow-up, closed forms, the affine defect), ``integrate`` (a batched adaptive ODE
+integrator), ``transport`` (Wasserstein distances, Bures–Wasserstein maps and geodesics),
+``meanfield`` (samplers, exact affine flows, rate fits, step orders), ``stability`` (explicit
+constants), ``masked`` (causal attention, the attention sink), ``clustering`` (ranks, Lyapunov
+functions, blow-up surveys), ``sphere`` (tokens on the sphere: energy, clusters, plateaus),
+``psd_cone`` (the 2×2 cone picture), ``energy`` (gradient-flow structure), ``official`` (the
+authors' released schemes, reproduced), ``viz`` and ``widgets`` (figures, panels and their
+static twins). The subpackages that need heavy dependencies (scipy.stats, POT, matplotlib) are
+imported on first access, ``tp.energy`` or ``tp.viz``, so that ``import tpde_lib`` stays light.
 """
 
 import importlib
@@ -44,6 +44,7 @@ from .attention import (
     set_num_threads,
     sinkhorn_potentials,
 )
+from .ensembles import Ensemble, simulate_batch
 from .gaussian import (
     GaussianBatch,
     GaussianTrajectory,
@@ -83,6 +84,8 @@ __all__ = [
     "sinkhorn_potentials",
     "simulate",
     "Trajectory",
+    "simulate_batch",
+    "Ensemble",
     "simulate_gaussian",
     "simulate_gaussian_batch",
     "GaussianTrajectory",

@@ -7,6 +7,9 @@ method                                    what it gives (default)
 ========================================  ========================================================
 ``field(points, weights, positions, t)``  :math:`\Gamma_\mu(t, x_i)` at the points (required)
 ``velocity(mu, t)``                       validates ``mu``, calls ``field``, checks finiteness
+``field_batch(points, weights, pos, t)``  the field of a batch of clouds (B, n, d) at once, for
+                                          :func:`tpde_lib.simulate_batch` (``field`` member by
+                                          member)
 ``gaussian_rhs(mean, cov, t)``            the Gaussian closure :math:`(\alpha', \Sigma')`
                                           (``NotImplementedError``)
 ``batched_closure()``                     the closure vectorised over a batch, for
@@ -113,6 +116,13 @@ _STABILITY_ARGS = {
     "T": lambda name, value: as_at_least(name, value, 0.0),
     "times": lambda name, value: as_float_array(name, value, ndim=1),
 }
+
+
+def owns_field(att, cls):
+    """Whether a method that ``cls`` defines for its field applies to ``att``: the field of
+    ``att`` is ``cls``'s own or one ``cls`` inherits (the rule of :func:`_guarded`)."""
+    source = _field_owner(att)
+    return source is not None and issubclass(cls, source)
 
 
 def _stability_checker(func):
@@ -318,6 +328,33 @@ class Attention:
         )
 
     # ---- Gaussian closure ----------------------------------------------------------------
+    def field_batch(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
+        r"""The field of every member of a batch of clouds, shape (B, n, d).
+
+        Member ``b`` is ``field(points[b], weights[b], positions[b], t)``; this default calls
+        :meth:`field` member by member. A variant that can compute all members at once (bitwise
+        as it computes each alone) overrides it: :func:`tpde_lib.simulate_batch` then steps the
+        members together. Called on validated data, like :meth:`field`.
+
+        Parameters
+        ----------
+        points : ndarray, shape (B, n, d)
+        weights : ndarray, shape (B, n)
+        positions : ndarray, shape (B, n), or None
+            None unless ``self.causal``.
+        t : float
+
+        Returns
+        -------
+        ndarray, shape (B, n, d)
+        """
+        out = np.empty(points.shape)
+        for b in range(points.shape[0]):
+            out[b] = self.field(points[b], weights[b], None if positions is None else positions[b], t)
+        return out
+
     def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Right-hand side :math:`(\alpha', \Sigma')` of the Gaussian closure.
 

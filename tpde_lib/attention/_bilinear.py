@@ -16,7 +16,8 @@ from numpy.typing import ArrayLike
 from .. import _closures as closures  # the Gaussian closures' right-hand sides
 from .._checks import as_flag
 from .._threads import held_blas
-from ._base import Attention, GaussianClosure, MatrixLike, matrix_param, square_param
+from . import _batched as batched
+from ._base import Attention, GaussianClosure, MatrixLike, matrix_param, owns_field, square_param
 from ._kernels import engine_sums, normalised, support, times_transpose, weighted_values
 
 
@@ -143,6 +144,27 @@ class Softmax(_Bilinear):
             for i, h in enumerate(heads[1:], start=1):
                 out += normalised(nd[i * n : (i + 1) * n], h.V(t))
         return out
+
+    def field_batch(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
+        """The field of a batch of clouds (B, n, d), all members at once when each is one dense
+        matrix of the engine and every weight is positive (:mod:`._batched`: bitwise each
+        member's :meth:`field`); member by member otherwise, and for a subclass with a field of
+        its own."""
+        if owns_field(self, Softmax):
+            return Softmax._summed_field_batch(self, [self], points, weights, positions, t)
+        return Attention.field_batch(self, points, weights, positions, t)
+
+    @staticmethod
+    def _summed_field_batch(att, heads, points, weights, positions, t):
+        """The summed field of softmax ``heads`` on a batch, stacked when each member fits the
+        engine's dense path (bitwise each member's ``_summed_field``), else member by member
+        through ``att.field``."""
+        n = points.shape[1]
+        if batched.fits(len(heads) * n, n) and (weights > 0).all():
+            return batched.softmax_heads_field(heads, points, weights, positions, t)
+        return Attention.field_batch(att, points, weights, positions, t)
 
     def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`

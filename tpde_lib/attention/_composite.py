@@ -9,7 +9,7 @@ import numpy as np
 from .. import _closures as closures  # the Gaussian closures' right-hand sides
 from .._checks import as_flag, checked_result
 from .._threads import held_blas
-from ._base import Attention, GaussianClosure, matrix_param, square_param
+from ._base import Attention, GaussianClosure, matrix_param, owns_field, square_param
 from ._bilinear import Softmax
 from ._kernels import engine_sums, normalised, support, times_transpose, weighted_values
 
@@ -117,6 +117,13 @@ class MultiHead(Attention):
         for i, h in rest:
             out += _head_result(i, h, "a field", h.field(points, weights, positions, t), shape, t)
         return out
+
+    def field_batch(self, points, weights, positions, t):
+        # all heads plain softmax (as in a Transformer layer): stacked over the batch as in
+        # ``field`` (``Softmax._summed_field_batch``); member by member otherwise
+        if owns_field(self, MultiHead) and all(type(h) is Softmax for h in self.heads):
+            return Softmax._summed_field_batch(self, self.heads, points, weights, positions, t)
+        return Attention.field_batch(self, points, weights, positions, t)
 
     @property
     def time_dependent(self):

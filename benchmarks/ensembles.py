@@ -1,0 +1,185 @@
+"""Speed of batched simulation (a script, not a test): ``tp.simulate_batch`` against its peers.
+
+Prints, side by side in one run, for batches of B clouds of n tokens in dimension d (softmax
+attention, V = I, a random A of norm about 1, RK4 with h = 0.05 for ``--steps`` steps):
+
+* ``ours``: :func:`tpde_lib.simulate_batch`, in milliseconds per member (per run);
+* ``loop/ours``: a Python loop of :func:`tpde_lib.simulate` over the members (timed on at most
+  ``LOOP_MEMBERS`` of them, per member);
+* ``np/ours``: plain numpy on the whole batch at once (``(B, n, n)`` scores, five lines per
+  field, the same RK4 steps);
+* ``jax/ours``: ``jax.jit(jax.vmap(...))`` of the same RK4 loop written with ``lax.scan``, in
+  float64 (compile time excluded, printed in the ``jit s`` column); ``-`` without JAX
+  (``pip install -r requirements-bench.txt``);
+* ``ours/bnd``: our time over the *bound*: the 4 x steps field evaluations' exponentials (B n^2)
+  and their two stacked products (scores with d inner columns, sums with d + 1 value columns),
+  each timed on one in-cache chunk of members and scaled to B, divided by the threads used;
+* ``diff``: the largest relative difference between ours and any peer at the last time (they
+  integrate the same system; ``!`` marks one above 1e-10).
+
+Every time is the smallest of a few repeats, ours and the peers taking turns, and the load
+average is printed with each line: on a shared machine the ratios, not the times, are what to
+read. Run: ``python benchmarks/ensembles.py [--quick] [--steps 100]``; ``--quick`` runs
+B in {100, 1000}, n in {8, 32}, d in {2, 3}. What the numbers showed is in
+``benchmarks/NOTES.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+import tpde_lib as tp
+
+try:
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+except ImportError:
+    jax = None
+
+LOOP_MEMBERS = 20
+H = 0.05
+#: the bound's products and exponentials are timed on this many scores at once (1 MB: in cache)
+IN_CACHE_SCORES = 131_072
+
+
+def best_of(func, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        func()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def numpy_rk4(x, A, V, steps):
+    """Plain numpy, the whole batch at once."""
+    AT, VT = A.T.copy(), V.T.copy()
+
+    def field(y):
+        S = np.matmul(y @ AT, y.transpose(0, 2, 1))
+        S -= S.max(axis=2, keepdims=True)
+        np.exp(S, out=S)
+        S /= S.sum(axis=2, keepdims=True)
+        return np.matmul(S, y) @ VT
+
+    for _ in range(steps):
+        k1 = field(x)
+        k2 = field(x + 0.5 * H * k1)
+        k3 = field(x + 0.5 * H * k2)
+        k4 = field(x + H * k3)
+        x = x + (H / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+    return x
+
+
+def jax_rk4(A, V, steps):
+    """``jit(vmap(RK4 by lax.scan))``: one member's loop, mapped over the batch."""
+
+    def field(y):
+        S = (y @ A.T) @ y.T
+        P = jax.nn.softmax(S, axis=1)
+        return (P @ y) @ V.T
+
+    def step(y, _):
+        k1 = field(y)
+        k2 = field(y + 0.5 * H * k1)
+        k3 = field(y + 0.5 * H * k2)
+        k4 = field(y + H * k3)
+        return y + (H / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4), None
+
+    def run(y):
+        return jax.lax.scan(step, y, None, length=steps)[0]
+
+    return jax.jit(jax.vmap(run))
+
+
+def bound(B, n, d, steps, threads):
+    """Seconds of the exponentials and the two stacked products of 4 x steps evaluations."""
+    per = max(1, min(B, IN_CACHE_SCORES // (n * n)))
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((per, n, d)), rng.standard_normal((per, n, d))
+    values = rng.standard_normal((per, n, d + 1))
+    S = np.matmul(q, k.transpose(0, 2, 1))
+    S -= S.max(axis=2, keepdims=True)
+    one = (
+        best_of(lambda: np.matmul(q, k.transpose(0, 2, 1)), 20)
+        + best_of(lambda: np.exp(S), 20)
+        + best_of(lambda: np.matmul(S, values), 20)
+    )
+    return one * (B / per) * 4 * steps / threads
+
+
+def row(B, n, d, steps, repeats):
+    rng = np.random.default_rng(B + n + d)
+    A = rng.standard_normal((d, d)) / np.sqrt(d)
+    V = np.eye(d)
+    x0 = rng.standard_normal((B, n, d))
+    times = [0.0, H * steps]
+    att = tp.Softmax(A, V)
+    out = {}
+    ours = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ens = tp.simulate_batch(att, x0, times, h=H)
+        ours = min(ours, time.perf_counter() - t0)
+    final = ens.points[:, -1]
+    m = min(B, LOOP_MEMBERS)
+    loop = best_of(lambda: [tp.simulate(att, x0[b], times, h=H) for b in range(m)], 2) * B / m
+    out["loop"] = loop / ours
+    plain = best_of(lambda: numpy_rk4(x0, A, V, steps), repeats)
+    out["np"] = plain / ours
+    diffs = [np.abs(numpy_rk4(x0, A, V, steps) - final).max() / np.abs(final).max()]
+    if jax is not None:
+        run = jax_rk4(jnp.asarray(A), jnp.asarray(V), steps)
+        xj = jnp.asarray(x0)
+        t0 = time.perf_counter()
+        yj = run(xj).block_until_ready()
+        compile_s = time.perf_counter() - t0
+        out["jax"] = best_of(lambda: run(xj).block_until_ready(), repeats) / ours
+        out["jit"] = compile_s
+        diffs.append(np.abs(np.asarray(yj) - final).max() / np.abs(final).max())
+    threads = tp.get_num_threads() if B * n * n >= 1 << 18 else 1
+    out["bnd"] = ours / bound(B, n, d, steps, threads)
+    out["diff"] = max(diffs)
+    out["ms"] = ours / B * 1e3
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    Bs, ns, ds = (
+        ((100, 1000), (8, 32), (2, 3)) if args.quick else ((100, 1000, 10000), (8, 32, 128), (2, 3, 16))
+    )
+    print(
+        f"softmax, V = I, RK4 h = {H}, {args.steps} steps; threads {tp.get_num_threads()}; "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; "
+        f"jax {'-' if jax is None else jax.__version__}"
+    )
+    print(
+        f"{'B':>6} {'n':>4} {'d':>3} {'ours ms':>8} {'loop/ours':>9} {'np/ours':>8} {'jax/ours':>8} "
+        f"{'jit s':>6} {'ours/bnd':>8} {'diff':>8}  load"
+    )
+    for B in Bs:
+        for n in ns:
+            for d in ds:
+                r = row(B, n, d, args.steps, args.repeats)
+                jx = f"{r['jax']:8.2f} {r['jit']:6.2f}" if "jax" in r else f"{'-':>8} {'-':>6}"
+                flag = "!" if r["diff"] > 1e-10 else " "
+                print(
+                    f"{B:6d} {n:4d} {d:3d} {r['ms']:8.3f} {r['loop']:9.1f} {r['np']:8.2f} {jx} "
+                    f"{r['bnd']:8.2f} {r['diff']:8.1e}{flag} {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

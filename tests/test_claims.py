@@ -6,12 +6,13 @@ from collections import Counter
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import yaml
 from nbclient import NotebookClient
 
 import tpde_book
-from tpde_book.ledger import collect, slug
+from tpde_book.ledger import calls_in, collect, slug
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -221,3 +222,87 @@ def test_the_claims_map_covers_c1_to_c17_with_existing_tests():
             assert tests, f"{c['id']} ({c['status']}) has no check of kind 'test'"
         else:
             assert c.get("note"), f"{c['id']} is not checkable but says not why"
+
+
+def _box(status, kind="test", comparison="< 1"):
+    payload = tpde_book._payload("demo-k", status, "S.", 0.5, None, kind)
+    return tpde_book._verdict_html(payload, "the gap", "0.5", comparison, "why, and the wrong formula")
+
+
+def test_a_verdict_box_shows_value_and_bound_and_folds_the_reason():
+    box = _box("derived")
+    head, folded = box.split("<details", 1)
+    assert "<strong>0.5</strong> &lt; 1" in head and "why, and the wrong formula" not in head
+    assert "why, and the wrong formula" in folded and 'id="verdict-demo-k"' in head
+
+
+def test_a_statement_that_fails_as_stated_is_confirmed_without_a_tick():
+    box = _box("fails")
+    assert tpde_book.COUNTEREXAMPLE in box and "✓" not in box
+    assert "✓" in _box("fails", kind="consistency") and "✓" in _box("paper")
+    text = tpde_book.verdict  # the one-line text form outside a kernel
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        text("demo-k", "fails", "S.", measured="m", value=2.0, above=1, reason="r")
+    assert out.getvalue().startswith(tpde_book.COUNTEREXAMPLE) and "✓" not in out.getvalue()
+
+
+def test_a_cited_works_result_has_its_own_status_and_badge():
+    assert "cited" in tpde_book.STATUSES and tpde_book.BADGES["cited"] == "cited work"
+    assert 'class="tpde-badge tpde-cited"' in _box("cited")
+
+
+@pytest.mark.parametrize(
+    "bound", [{"below": "0.5"}, {"below": True}, {"at_least": np.bool_(True)}, {"above": "1"}]
+)
+def test_a_bound_must_be_a_number_not_a_string_or_a_bool(bound):
+    with pytest.raises(TypeError, match="must be a real number"):
+        tpde_book.verdict("ok-key", "paper", "x", measured="m", value=0.25, reason="r", **bound)
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(False), "0.25"])
+def test_a_compared_value_must_be_a_number_not_a_bool(value):
+    with pytest.raises(TypeError, match="value must be a real number"):
+        tpde_book.verdict("ok-key", "paper", "x", measured="m", value=value, below=1, reason="r")
+
+
+@pytest.mark.parametrize(
+    "args, match", [(("a-b\n", "paper", "x"), "key"), (("ok-key", "paper", "x"), "claim")]
+)
+def test_keys_and_claims_are_matched_to_their_end(args, match):
+    claim = "C1\n" if match == "claim" else None
+    with pytest.raises(ValueError, match=match):
+        tpde_book.verdict(*args, measured="m", value=0.5, below=1, reason="r", claim=claim)
+
+
+def test_infinite_values_and_bounds_are_reported_not_crashed_on(capsys):
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=0.5, below=np.inf, reason="r")
+    assert "< ∞" in capsys.readouterr().out
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=np.inf, above=1.0, reason="r")
+    assert "= ∞ > 1" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="= ∞, expected < 1"):
+        tpde_book.verdict("ok-key", "derived", "x", measured="m", value=np.inf, below=1, reason="r")
+    with pytest.raises(AssertionError, match="= −∞, expected > 0"):
+        tpde_book.verdict("ok-key", "derived", "x", measured="m", value=-np.inf, above=0, reason="r")
+
+
+@pytest.mark.parametrize(
+    "source, match",
+    [
+        ("spec = dict(key='k')\nverdict(**spec)", "unpacked"),
+        ("verdict(*args, measured='m')", "unpacked"),
+        ("%time verdict('k', 'derived', 'S.', measured='m', value=1, below=2, reason='r')", "magic '%time'"),
+        ("%%capture\nverdict('k', 'derived', 'S.', measured='m', value=1, below=2, reason='r')", "magic"),
+        ("verdict('k', 'derived', 'S.', measured='m', value=1, below=2, reason='r'", "syntax error"),
+    ],
+)
+def test_the_ledger_refuses_a_check_it_cannot_read(source, match):
+    with pytest.raises(ValueError, match=match):
+        calls_in(source)
+
+
+def test_the_ledger_ignores_unreadable_cells_without_a_check():
+    assert calls_in("%matplotlib inline\nx = 1") == []

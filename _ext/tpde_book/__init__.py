@@ -15,14 +15,25 @@ Installed with the library (``pip install -e ./_ext``) so that chapters import i
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import re
 
-__all__ = ["verdict", "STATUSES", "BADGES", "KINDS", "MIME", "GLUE_PREFIX", "KEY_PREFIX"]
+__all__ = [
+    "verdict",
+    "STATUSES",
+    "BADGES",
+    "KINDS",
+    "COUNTEREXAMPLE",
+    "MIME",
+    "GLUE_PREFIX",
+    "KEY_PREFIX",
+]
 
 #: where a statement comes from
 STATUSES = {
     "paper": "paper's claim, checked numerically",
+    "cited": "a cited work's result, checked numerically",
     "derived": "derived here, checked numerically",
     "observed": "observed numerically",
     "fails": "does not hold as stated (counterexample)",
@@ -30,6 +41,7 @@ STATUSES = {
 #: the short label of each status, as its badge shows it
 BADGES = {
     "paper": "paper's claim",
+    "cited": "cited work",
     "derived": "derived here",
     "observed": "observed",
     "fails": "fails as stated",
@@ -40,9 +52,9 @@ KINDS = {"test": "test", "consistency": "consistency check"}
 MIME = "application/vnd.tpde.claim+json"
 GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's marker of a hidden glue output
 KEY_PREFIX = "claim:"
-_KEY = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
+_KEY = re.compile(r"[a-z0-9][a-z0-9\-]*\Z")
 #: the paper's claims C1-C17, and the book's own results beyond the paper B1, B2, ...
-_CLAIM = re.compile(r"^(C([1-9]|1[0-7])|B[1-9][0-9]?)$")
+_CLAIM = re.compile(r"(C([1-9]|1[0-7])|B[1-9][0-9]?)\Z")
 
 
 def _payload(key, status, statement, value, claim, kind):
@@ -85,11 +97,20 @@ def _number(x):
         return str(int(x))
     if isinstance(x, numbers.Real):
         x = float(x)
+        if math.isnan(x):
+            return "NaN"
+        if math.isinf(x):
+            return "∞" if x > 0 else "−∞"
         if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
             mant, exp = f"{x:.2e}".split("e")
             return f"{mant}×10^{int(exp)}"
         return f"{x:.3g}"
     return str(x)
+
+
+def _is_real(x):
+    """A real number (int, float, numpy scalar), not a bool (numpy's included) nor a string."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, *_np_bool_types()))
 
 
 def _np_bool_types():
@@ -114,13 +135,21 @@ def _math_html(text):
     return "".join(out)
 
 
+#: what the box says of a check that passed: a tick, except for a statement that fails as
+#: stated, whose check confirms a counterexample (a green tick would read as a contradiction)
+COUNTEREXAMPLE = "counterexample confirmed"
+
+
 def _verdict_html(payload, measured, shown, comparison, reason):
+    """The verdict box: the statement, the measured value and its bound visible; the reason for
+    the bound (and the wrong formula it rejects) folded under them."""
     import html
 
     status, claim = payload["status"], payload["claim"]
     kind = payload["kind"]
     badge = BADGES[status] if kind == "test" else KINDS[kind]
     klass = status if kind == "test" else "consistency"
+    counter = kind == "test" and status == "fails"
     claim_html = ""
     if claim is not None:
         claim_html = (
@@ -129,16 +158,24 @@ def _verdict_html(payload, measured, shown, comparison, reason):
     measure = f"{_math_html(measured)}: <strong>{html.escape(shown)}</strong>"
     if comparison:
         measure += f" {html.escape(comparison)}"
-    reason_html = f'<span class="tpde-verdict-reason">{_math_html(reason)}</span>' if reason else ""
+    if counter:
+        measure = f'<span class="tpde-verdict-counter">{COUNTEREXAMPLE}</span> · {measure}'
+        mark = '<span class="tpde-verdict-mark tpde-verdict-mark-counter" aria-hidden="true">⚑</span>'
+    else:
+        mark = '<span class="tpde-verdict-mark" aria-hidden="true">✓</span>'
+    summary = "why this bound" if comparison else "the criterion"
+    reason_html = (
+        f'<details class="tpde-verdict-why"><summary>{summary}</summary>'
+        f'<p class="tpde-verdict-reason">{_math_html(reason)}</p></details>'
+    )
     return (
         f'<div class="tpde-verdict tpde-{klass}" id="verdict-{payload["key"]}">'
-        f'<span class="tpde-verdict-mark" aria-hidden="true">✓</span>'
+        f"{mark}"
         f'<div class="tpde-verdict-body">'
         f'<p class="tpde-verdict-head"><span class="tpde-badge tpde-{klass}">{badge}</span>{claim_html} '
         f'<span class="tpde-verdict-statement">{_math_html(payload["statement"])}</span></p>'
-        f'<p class="tpde-verdict-measure">{measure}'
-        + (f" · {reason_html}" if reason_html else "")
-        + "</p></div></div>"
+        f'<p class="tpde-verdict-measure">{measure}</p>'
+        f"{reason_html}</div></div>"
     )
 
 
@@ -169,7 +206,7 @@ def verdict(
     ----------
     key : str
         Stable identifier, lowercase words joined by hyphens (``"softmax-blowup-time"``).
-    status : {"paper", "derived", "observed", "fails"}
+    status : {"paper", "cited", "derived", "observed", "fails"}
         Where the statement comes from (:data:`STATUSES`).
     statement : str
         What is checked, in one sentence; ``$...$`` parts are TeX.
@@ -182,7 +219,8 @@ def verdict(
     holds : bool, optional
         The outcome of a check that is not one comparison of ``value``.
     reason : str
-        Why the tolerance is what it is (or, with ``holds``, what the criterion is).
+        Why the tolerance is what it is and the plausible wrong formula it rejects (or, with
+        ``holds``, what the criterion is); the box folds it under the measured value.
     claim : str, optional
         The paper's claim (``"C1"`` .. ``"C17"``) or the book's result beyond the paper
         (``"B1"``, ...) the check bears on.
@@ -219,7 +257,11 @@ def verdict(
     if bounds:
         ((name, bound),) = bounds.items()
         symbol, test = _BOUNDS[name]
-        if isinstance(value, (str, bool)) or not isinstance(value, numbers.Real):
+        if not _is_real(bound):
+            raise TypeError(f"{name}= must be a real number (not a string or a bool), got {bound!r}")
+        if math.isnan(float(bound)):
+            raise ValueError(f"{name}= must not be NaN")
+        if not _is_real(value):
             raise TypeError(f"value must be a real number to compare with {name}=, got {value!r}")
         comparison = f"{symbol} {_number(bound)}"
         passed = bool(test(float(value), float(bound)))
@@ -235,7 +277,8 @@ def verdict(
         )
     payload["value"] = shown + (f" {comparison}" if comparison else "")
     label = STATUSES[status].split(",")[0] if kind == "test" else KINDS[kind]
-    text = f"✓ {label}: {statement} — {measured} = {shown}"
+    mark = f"{COUNTEREXAMPLE} ·" if kind == "test" and status == "fails" else "✓"
+    text = f"{mark} {label}: {statement} — {measured} = {shown}"
     text += f" {comparison} ({reason})" if comparison else f" ({reason})"
     try:
         from IPython import get_ipython

@@ -789,6 +789,95 @@ MUTANTS = [
         "out = (U * (-w / lam_s)) @ U.T",
         "10_transformer_layer",
     ),
+    # ---- fidelity (issue 38): chapters 9 and 10 check each formula where its wrong version differs
+    # (unequal weights and masses, beta != 1, V != I with a feed-forward on the sphere, a
+    # non-symmetric W, a covariance that does not commute with A + A^T, |w| < p_max < 2|w|)
+    M(
+        "sphere-energy-weights-ignored",
+        "interaction energy on the sphere with equal weights, not the tokens' masses",
+        "sphere.py",
+        "w = _weights(weights, x.shape[-2])",
+        "w = _weights(None, x.shape[-2])",
+        "09_sphere",
+    ),
+    M(
+        "sphere-energy-over-two",
+        "interaction energy on the sphere with 1/2 instead of 1/(2 beta) (equal at beta = 1)",
+        "sphere.py",
+        "np.exp(beta * gram), w) / (2.0 * beta)",
+        "np.exp(beta * gram), w) / 2.0",
+        "09_sphere",
+    ),
+    M(
+        "sphere-energy-over-two-beta-squared",
+        "interaction energy on the sphere with 1/(2 beta^2) instead of 1/(2 beta)",
+        "sphere.py",
+        "np.exp(beta * gram), w) / (2.0 * beta)",
+        "np.exp(beta * gram), w) / (2.0 * beta**2)",
+        "09_sphere",
+    ),
+    M(
+        "two-cluster-masses-swapped",
+        "two-point-cluster speed with each cluster pulled by its own mass, not the other's",
+        "sphere.py",
+        "return np.sin(theta) * q * (m2 / (m1 + m2 * q) + m1 / (m2 + m1 * q))",
+        "return np.sin(theta) * q * (m1 / (m1 + m2 * q) + m2 / (m2 + m1 * q))",
+        "09_sphere",
+    ),
+    M(
+        "sphere-layer-projects-attention-only",
+        "layer on the sphere projecting the attention only, the feed-forward added unprojected",
+        "layer.py",
+        "        if self.feedforward is not None:\n"
+        '            out = out + _checked(self.feedforward(points, t), shape, t, "feedforward")\n'
+        '        if self.normalisation == "sphere":\n'
+        "            out = tangent_projection(points, out)\n",
+        '        if self.normalisation == "sphere":\n'
+        "            out = tangent_projection(points, out)\n"
+        "        if self.feedforward is not None:\n"
+        '            out = out + _checked(self.feedforward(points, t), shape, t, "feedforward")\n',
+        "09_sphere",
+    ),
+    M(
+        "sphere-projection-dropped",
+        "layer on the sphere without the tangent projection (renormalisation only)",
+        "layer.py",
+        "            out = tangent_projection(points, out)",
+        "            out = out",
+        "09_sphere",
+    ),
+    M(
+        "layer-ff-rhs-W-for-WT",
+        "feed-forward closure W Sigma + Sigma W (W for W^T) in AffineFeedForward.gaussian_rhs",
+        "layer.py",
+        "return W @ mean + self.b(t), WS + WS.T",
+        "return W @ mean + self.b(t), WS + cov @ W",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-ff-batched-W-for-WT",
+        "feed-forward closure W Sigma + Sigma W (W for W^T) in the layer's batched closure",
+        "layer.py",
+        "dc + WS + np.swapaxes(WS, -1, -2)",
+        "dc + WS + cov @ W",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-blowup-threshold-w-for-2w",
+        "layer blow-up when p_max > max(0, -w) instead of max(0, -2w)",
+        "gaussian/_layer.py",
+        "if top <= max(0.0, -2.0 * w) + _ROUNDOFF",
+        "if top <= max(0.0, -w) + _ROUNDOFF",
+        "10_transformer_layer",
+    ),
+    M(
+        "layer-blowup-p-from-eigenvalues",
+        "layer blow-up with p = lambda_max(Sigma_0) lambda_max(v (A + A^T)), not of the whitened matrix",
+        "gaussian/_layer.py",
+        "top = float(p.max())",
+        "top = float(v * np.linalg.eigvalsh(cov0).max() * np.linalg.eigvalsh(A + A.T).max())",
+        "10_transformer_layer",
+    ),
     # ---- NEW_MUTANTS_END
 ]
 

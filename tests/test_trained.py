@@ -172,3 +172,36 @@ def test_corrupted_weights_refused(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="corrupted or another model"):
         tt.load_encoder(tmp_path, sha256=tt.BUNDLED_SHA256)
+
+
+def test_layer_field_with_masses(enc):
+    """The cheap field (heads in dimension k) against the MultiHead of Softmax heads in
+    homogeneous coordinates, with unequal masses (the masses enter both as log-weights of the
+    keys; a field ignoring them differs by order 1)."""
+    layer = enc.layers[4]
+    rng = np.random.default_rng(2)
+    x = enc.forward(UNSEEN[1]).attention[3]
+    w = rng.uniform(0.1, 1.0, len(x))
+    w /= w.sum()
+    cheap = layer.field().velocity(tp.Empirical(x, w))
+    full = layer.multihead().velocity(tp.Empirical(tt.lift(x), w))[:, :-1]
+    assert np.abs(cheap - full).max() <= 1e-12 * np.abs(full).max()
+    assert np.abs(cheap - layer.attention(x)).max() > 1e-3 * np.abs(full).max()
+    with pytest.raises(TypeError, match="EncoderLayer"):
+        tt.LayerAttention("layer")
+
+
+def test_symmetric_spectra_low_rank(enc):
+    """The 2k eigenvalues from the QR route against the dense d x d eigendecomposition (the
+    other d - 2k eigenvalues are zero to round-off)."""
+    layer = enc.layers[1]
+    spectra = layer.symmetric_spectra()
+    assert spectra.shape == (12, 64)
+    A, V = layer.score_matrices(), layer.value_matrices()
+    for h in (0, 1, 9):
+        M = V[h] @ A[h]
+        dense = np.linalg.eigvalsh(M + M.T)
+        scale = np.abs(dense).max()
+        assert np.abs(dense[:32] - spectra[h, :32]).max() < 1e-10 * scale  # the negative ones
+        assert np.abs(dense[-32:] - spectra[h, -32:]).max() < 1e-10 * scale
+        assert np.abs(dense[32:-32]).max() < 1e-10 * scale

@@ -48,13 +48,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._checks import as_float_array
-from .attention import MultiHead, Softmax
+from .attention import Attention, MultiHead, Softmax
 
 __all__ = [
     "BUNDLED_SHA256",
     "Encoder",
     "EncoderLayer",
     "EncoderStates",
+    "LayerAttention",
     "bundled_model_dir",
     "lift",
     "load_encoder",
@@ -178,6 +179,25 @@ class EncoderLayer:
         WO = self.output.reshape(self.d, self.heads, self.head_dim).transpose(1, 0, 2)
         return WO @ self._rows(self.value)
 
+    def symmetric_spectra(self) -> NDArray[np.float64]:
+        r"""Eigenvalues of :math:`V_hA_h + A_h^\top V_h^\top`, (heads, 2k), ascending per head.
+
+        The matrix has rank at most 2k: with :math:`U = W^O_h` and
+        :math:`B = (W^V_h K_h^\top Q_h)^\top / \sqrt k` (both d × k),
+        :math:`V_hA_h = UB^\top` and :math:`V_hA_h + A_h^\top V_h^\top = [U\;B]\,J\,[U\;B]^\top`
+        with :math:`J = \begin{pmatrix} 0 & I\\ I & 0\end{pmatrix}`. With the QR factorisation
+        :math:`[U\;B] = \mathcal Q R`, its nonzero eigenvalues are those of the
+        2k × 2k matrix :math:`RJR^\top`; the other d - 2k are zero.
+        """
+        k = self.head_dim
+        Q, K, WV = self._rows(self.query), self._rows(self.key), self._rows(self.value)
+        WO = self.output.reshape(self.d, self.heads, self.head_dim).transpose(1, 0, 2)
+        B = np.swapaxes(WV @ np.swapaxes(K, 1, 2) @ Q, 1, 2) / np.sqrt(k)
+        R = np.linalg.qr(np.concatenate([WO, B], axis=2), mode="r")
+        J = np.block([[np.zeros((k, k)), np.eye(k)], [np.eye(k), np.zeros((k, k))]])
+        M = R @ J @ np.swapaxes(R, 1, 2)
+        return np.linalg.eigvalsh(0.5 * (M + np.swapaxes(M, 1, 2)))
+
     @property
     def key_bias(self) -> NDArray[np.float64]:
         r""":math:`c_h = K_h^\top b^Q_h / \sqrt k`, (heads, d): the query bias's term
@@ -213,11 +233,13 @@ class EncoderLayer:
             heads.append(Softmax.from_qk(np.hstack([Q[h], bq[h]]), np.hstack([K[h], bk[h]]), Vt))
         return MultiHead(heads)
 
-    def attention(self, x: ArrayLike) -> NDArray[np.float64]:
+    def attention(self, x: ArrayLike, weights: ArrayLike | None = None) -> NDArray[np.float64]:
         r"""The attention sub-block's update :math:`\Gamma_\mu(x_i)` at every token, (n, d).
 
         Written as the model computes it (projections with their biases, per-head softmax over
-        the keys, output projection); the residual and the LayerNorm are not applied.
+        the keys, output projection); the residual and the LayerNorm are not applied. With
+        ``weights`` (n,), the keys have those masses (:math:`\mu = \sum_j w_j \delta_{x_j}`);
+        None: equal masses, as in the model.
         """
         x = as_float_array("x", x, ndim=2, shape=(None, self.d))
         n, H, k = x.shape[0], self.heads, self.head_dim
@@ -225,11 +247,22 @@ class EncoderLayer:
         kk = (x @ self.key.T + self.key_bias_in).reshape(n, H, k).transpose(1, 0, 2)
         v = (x @ self.value.T + self.value_bias).reshape(n, H, k).transpose(1, 0, 2)
         s = q @ np.swapaxes(kk, 1, 2) / np.sqrt(k)  # (H, n queries, n keys)
+        if weights is not None:
+            w = as_float_array("weights", weights, ndim=1, shape=(n,))
+            with np.errstate(divide="ignore"):
+                s = s + np.log(w)
         s -= s.max(axis=2, keepdims=True)
         p = np.exp(s)
         p /= p.sum(axis=2, keepdims=True)
         context = (p @ v).transpose(1, 0, 2).reshape(n, H * k)
         return context @ self.output.T + self.output_bias
+
+    def field(self) -> LayerAttention:
+        r"""The attention sub-block as an :class:`~tpde_lib.Attention` on :math:`\mathbb R^d`
+        (computed as :meth:`attention` does, head by head in dimension k: much cheaper than
+        :meth:`multihead`'s (d + 1)-dimensional heads, and equal to it to round-off), for
+        :func:`tpde_lib.simulate`."""
+        return LayerAttention(self)
 
     def attention_block(self, x: ArrayLike) -> NDArray[np.float64]:
         r""":math:`\mathrm{LN}_1(x + \Gamma(x))`: the tokens after the attention sub-block."""
@@ -257,6 +290,29 @@ class EncoderLayer:
     def __call__(self, x: ArrayLike) -> NDArray[np.float64]:
         """The whole layer: the attention sub-block, then the feed-forward sub-block."""
         return self.feedforward_block(self.attention_block(x))
+
+
+class LayerAttention(Attention):
+    r"""A trained layer's attention as a velocity field :math:`\Gamma_\mu` on
+    :math:`\mathbb R^d`: :meth:`EncoderLayer.attention` with the measure's masses.
+
+    Examples
+    --------
+    >>> import numpy as np, tpde_lib as tp, tpde_lib.trained as tt
+    >>> layer = tt.load_encoder().layers[0]
+    >>> x = np.random.default_rng(0).standard_normal((5, 384))
+    >>> bool(np.allclose(layer.field().velocity(x), layer.attention(x), rtol=0, atol=1e-12))
+    True
+    """
+
+    def __init__(self, layer: EncoderLayer) -> None:
+        if not isinstance(layer, EncoderLayer):
+            raise TypeError(f"layer must be an EncoderLayer, got {type(layer).__name__}")
+        self.layer = layer
+        self.d = layer.d
+
+    def field(self, points, weights, positions, t):
+        return self.layer.attention(points, weights)
 
 
 @dataclass(frozen=True, eq=False)

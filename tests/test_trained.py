@@ -205,3 +205,29 @@ def test_symmetric_spectra_low_rank(enc):
         assert np.abs(dense[:32] - spectra[h, :32]).max() < 1e-10 * scale  # the negative ones
         assert np.abs(dense[-32:] - spectra[h, -32:]).max() < 1e-10 * scale
         assert np.abs(dense[32:-32]).max() < 1e-10 * scale
+
+
+def test_attention_weights(enc):
+    layer = enc.layers[0]
+    x = enc.forward(UNSEEN[0]).embeddings
+    P = layer.attention_weights(x)
+    assert P.shape == (12, len(x), len(x)) and np.allclose(P.sum(axis=2), 1.0)
+    # the heads' averages, through V_h and the offsets, give the sub-block's update
+    V, offsets = layer.value_matrices(), layer.value_offsets
+    rebuilt = sum(P[h] @ x @ V[h].T + offsets[h] for h in range(12)) + layer.output_bias
+    assert np.allclose(rebuilt, layer.attention(x), rtol=0, atol=1e-12 * np.abs(rebuilt).max())
+
+
+def test_sliced_gaussian_gap():
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal((500, 20)) @ rng.standard_normal((20, 20)) + 5.0
+    # affine invariance: a Gaussian sample's gap is the sampling floor, whatever its moments
+    assert tt.sliced_gaussian_gap(g) < 0.08
+    two_clusters = 5.0 * np.sign(rng.standard_normal((500, 1))) + rng.standard_normal((500, 20))
+    assert tt.sliced_gaussian_gap(two_clusters) > 0.2
+    with pytest.raises(ValueError, match="at least 2"):
+        tt.sliced_gaussian_gap(np.ones((1, 3)))
+    with pytest.raises(ValueError, match="degenerate"):
+        tt.sliced_gaussian_gap(np.ones((5, 3)))
+    with pytest.raises(ValueError, match="directions"):
+        tt.sliced_gaussian_gap(g, directions=0)

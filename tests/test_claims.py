@@ -224,6 +224,26 @@ def test_the_claims_map_covers_c1_to_c17_with_existing_tests():
             assert c.get("note"), f"{c['id']} is not checkable but says not why"
 
 
+def test_a_verdict_prints_as_an_admonition_with_its_badges_and_an_anchor():
+    """The printed book (MyST-NB ranks text/markdown first for LaTeX) shows the verdict as an
+    admonition: badges, the statement with its TeX kept, the value and bound, the reason; the
+    target ``verdict-<key>`` that the {check} role links to; Markdown's punctuation escaped."""
+    from tpde_book import _md_text, _payload, _verdict_markdown
+
+    payload = _payload("demo-k", "paper", "A *star* and $x_i^2$.", 0.5, "C4", "test")
+    md = _verdict_markdown(payload, "largest |x_i|", "0.5", "< 1", "three standard errors")
+    assert md.startswith(":::{admonition} Check passed\n:class: tpde-verdict\n")
+    assert "(verdict-demo-k)=\n{status}`paper` {claim}`C4` A \\*star\\* and $x_i^2$." in md
+    assert "largest \\|x\\_i\\|: **0.5** \\< 1. *three standard errors*" in md
+    consistency = _payload("demo-c", "derived", "Sums to one.", 0.0, None, "consistency")
+    assert "{status}" not in _verdict_markdown(consistency, "gap", "0", "≤ 0", "exact")
+    assert _md_text("a_b $c_d$ e_f") == "a\\_b $c_d$ e\\_f"
+    fails = _payload("demo-f", "fails", "Blows up.", 2.0, None, "test")
+    assert _verdict_markdown(fails, "m", "2", "> 1", "r").startswith(
+        ":::{admonition} Counterexample confirmed"
+    )
+
+
 def _box(status, kind="test", comparison="< 1"):
     payload = tpde_book._payload("demo-k", status, "S.", 0.5, None, kind)
     return tpde_book._verdict_html(payload, "the gap", "0.5", comparison, "why, and the wrong formula")

@@ -264,6 +264,13 @@ def test_one_output_holds_the_live_panel_and_the_twin_as_its_html_fallback():
     assert twin.data in bundle["text/html"]  # the twin, whole
     assert "JupyterLab" in bundle["text/html"] and "Binder" in bundle["text/html"]
     assert "<code>a</code> runs through 0, 2" in bundle["text/html"]
+    # the printed face (text/markdown, first for LaTeX): the twin's first frame and the note
+    first = twin.data.split('frames[0] = "', 1)[1].split('"', 1)[0].replace("\\\n", "")
+    assert bundle["text/markdown"].endswith(f"({first})") and first.startswith("data:image/png;base64,")
+    assert (
+        "first frame* (`a` = 0" in bundle["text/markdown"]
+        and "live in the notebook" in bundle["text/markdown"]
+    )
 
 
 def _draw(fig, a):

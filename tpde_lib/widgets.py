@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import io
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -395,5 +396,16 @@ def panel_bundle(
         "button at the top of the page) and run it.</p>"
     )
     bundle["text/html"] = f'<div class="tpde-static-twin">{note}{twin_html.data}</div>'
+    # the printed book (MyST-NB ranks text/markdown first for LaTeX): the first frame, and where
+    # the panel is live
+    first = re.search(r'frames\[0\] = "(data:image/png;base64,[^"]+)"', twin_html.data)
+    if first:  # matplotlib continues the base64 lines with a backslash
+        uri = first.group(1).replace("\\\n", "")
+        bundle["text/markdown"] = (
+            f"*Panel, first frame* (`{twin}` = {_format(twin_values[0])}; the animation runs "
+            f"through {sweep}). The panel is live in the notebook: open this chapter in "
+            "JupyterLab, on Binder or on Colab and run it to move every control.\n\n"
+            f"![First frame of the panel's animation]({uri})"
+        )
     bundle["text/plain"] = f"Live panel (needs a kernel); its static twin sweeps {twin}"
     return bundle

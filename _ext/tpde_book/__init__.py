@@ -179,6 +179,37 @@ def _verdict_html(payload, measured, shown, comparison, reason):
     )
 
 
+def _md_text(text):
+    """MyST Markdown of a sentence whose ``$...$`` parts are TeX: Markdown's punctuation
+    outside the math is escaped."""
+    parts = re.split(r"(\$[^$]+\$)", text)
+    return "".join(
+        part
+        if len(part) > 2 and part.startswith("$") and part.endswith("$")
+        else re.sub(r"([\\`*_{}\[\]<>#|~])", r"\\\1", part)
+        for part in parts
+    )
+
+
+def _verdict_markdown(payload, measured, shown, comparison, reason):
+    """The verdict box as MyST Markdown (an admonition), for the printed book: MyST-NB ranks
+    ``text/markdown`` above ``text/plain`` for LaTeX (the web page shows the HTML box)."""
+    status, claim, kind = payload["status"], payload["claim"], payload["kind"]
+    title = "Check passed" if kind == "test" else "Consistency check (not evidence)"
+    if kind == "test" and status == "fails":
+        title = COUNTEREXAMPLE.capitalize()
+    badges = f"{{status}}`{status}` " if kind == "test" else ""
+    badges += f"{{claim}}`{claim}` " if claim is not None else ""
+    measure = f"{_md_text(measured)}: **{_md_text(shown)}**" + (
+        f" {_md_text(comparison)}" if comparison else ""
+    )
+    return (
+        f":::{{admonition}} {title}\n:class: tpde-verdict\n\n"
+        f"(verdict-{payload['key']})=\n{badges}{_md_text(payload['statement'])}\n\n"
+        f"{measure}. *{_md_text(reason)}*\n:::\n"
+    )
+
+
 def verdict(
     key,
     status,
@@ -289,7 +320,11 @@ def verdict(
         print(text)
         return None
     display(
-        {"text/plain": text, "text/html": _verdict_html(payload, measured, shown, comparison, reason)},
+        {
+            "text/plain": text,
+            "text/html": _verdict_html(payload, measured, shown, comparison, reason),
+            "text/markdown": _verdict_markdown(payload, measured, shown, comparison, reason),
+        },
         raw=True,
     )
     display(

@@ -1,0 +1,130 @@
+"""Sphinx extension: the book as a PDF (``jupyter-book build . --builder pdflatex``).
+
+The LaTeX build reads the same executed notebooks as the HTML build (MyST-NB takes them from the
+jupyter-cache that the HTML build filled: no chapter runs again) and sphinx-jupyterbook-latex
+turns the notebook structure into a book (parts, chapters, no input for ``hide-input`` cells).
+This extension adds what the book needs on top:
+
+- the class ``_ext/latex/tpdebook.cls`` in place of sphinx-jupyterbook-latex's own, which loads
+  packages that Debian ships only in its 1.4 GB ``texlive-fonts-extra`` (``bbm``, ``pgfplots``)
+  and that the book does not use;
+- status and claim badges (the roles ``{status}`` and ``{claim}``) as framed labels whose text
+  says the status, with ``fails`` reversed (white on black): legible in black and white;
+- a target for every container with an id (the ledger's claim cards ``claim-c6``), so the links
+  of the claim badges resolve in the PDF as they do on the web.
+
+On the web pages (HTML build) it sets the header menus: the download menu's ``.pdf`` entry,
+which only opened the browser's print dialog on one page, links the book's PDF as the publishing
+workflow deploys it beside the site (``<book_url>/tpde-book.pdf``); the launch menu of a
+notebook page gets a last entry, the executed notebook, saying that its first cell installs the
+version of ``tpde_lib`` that built the page (``_ext/download_setup.py`` adds that cell).
+
+Outputs choose their own printed face: a verdict and a panel carry a ``text/markdown`` face
+(:func:`tpde_book.verdict`, :func:`tpde_lib.widgets.panel_bundle`) that MyST-NB ranks above
+``text/plain`` for LaTeX, while the web page shows their HTML.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.transforms.post_transforms import SphinxPostTransform
+
+CLASS_FILE = Path(__file__).parent / "latex" / "tpdebook.cls"
+#: the PDF's file name (``latex.latex_documents.targetname`` of ``_config.yml``, ``.pdf``), in
+#: ``_build/latex`` and, published, at the site's root
+PDF_NAME = "tpde-book.pdf"
+
+#: LaTeX for the badges: \DUrole{tpde-badge,tpde-<status>}{text} (Sphinx's writer joins the
+#: classes of an inline node with commas)
+BADGES = r"""
+% The book's badges (roles {status} and {claim}): a framed label; "fails" reversed.
+\newcommand{\tpdebadge}[1]{{\setlength{\fboxsep}{1.2pt}\setlength{\fboxrule}{0.5pt}%
+  \fbox{\sffamily\footnotesize\strut #1}}}
+\newcommand{\tpdebadgereversed}[1]{{\setlength{\fboxsep}{1.7pt}%
+  \colorbox{black}{\color{white}\sffamily\bfseries\footnotesize\strut #1}}}
+\makeatletter
+\@for\tpde@status:={paper,cited,derived,observed,not-checkable}\do{%
+  \expandafter\def\csname DUroletpde-badge,tpde-\tpde@status\endcsname##1{\tpdebadge{##1}}%
+  \expandafter\def\csname DUroletpde-badge,tpde-\tpde@status,tpde-claim\endcsname##1{%
+    \tpdebadge{##1}}}
+\expandafter\def\csname DUroletpde-badge,tpde-fails\endcsname#1{\tpdebadgereversed{#1}}
+\expandafter\def\csname DUroletpde-badge,tpde-fails,tpde-claim\endcsname#1{\tpdebadgereversed{#1}}
+\makeatother
+"""
+
+
+def _latex_config(app, config):
+    """After sphinx-jupyterbook-latex (priority 500) set its class: use the book's."""
+    config.latex_theme = "tpdebook"
+    config.latex_additional_files = [*config.latex_additional_files, str(CLASS_FILE)]
+    elements = config.latex_elements
+    elements["papersize"] = "a4paper"
+    elements["preamble"] = elements.get("preamble", "") + BADGES
+
+
+class ContainerTargets(SphinxPostTransform):
+    """A LaTeX label for each container that has ids (Sphinx's writer labels sections and
+    targets, not containers), so references to them resolve."""
+
+    default_priority = 900
+    formats = ("latex",)
+
+    def run(self, **kwargs):
+        for node in list(self.document.findall(nodes.container)):
+            if node.get("ids"):
+                node.insert(0, nodes.target("", "", ids=list(node["ids"])))
+                node["ids"] = []
+
+
+def pdf_url(app):
+    """Where the publishing workflow deploys the PDF: at the root of the book's site."""
+    return app.tpde_release["book_url"] + PDF_NAME
+
+
+def _install_label(app):
+    """What a downloaded notebook's first cell installs, e.g. ``tpde_lib 1.1.1 (v1.1.1)``."""
+    if not hasattr(app, "_tpde_install_label"):
+        from download_setup import build_ref
+
+        version = app.tpde_release["version"]
+        ref = build_ref(app.srcdir, version)
+        app._tpde_install_label = f"tpde_lib {version} ({ref if ref.startswith('v') else ref[:10]})"
+    return app._tpde_install_label
+
+
+def _header_buttons(app, pagename, templatename, context, doctree):
+    for group in context.get("header_buttons", []):
+        if group.get("label") == "download-buttons":
+            for button in group["buttons"]:
+                if button.get("label") == "download-pdf-button":
+                    button.pop("javascript", None)
+                    button.update(
+                        type="link",
+                        url=pdf_url(app),
+                        text="book (PDF)",
+                        tooltip="The whole book as a PDF, published with the site",
+                    )
+        if group.get("label") == "launch-buttons" and context.get("ipynb_source"):
+            label = _install_label(app)
+            group["buttons"].append(
+                {
+                    "type": "link",
+                    "text": f"Download: its first cell installs {label}",
+                    "url": f"{context['pathto']('_sources', 1)}/{context['ipynb_source']}",
+                    "tooltip": (
+                        f"The executed notebook; its first cell installs {label}, the version "
+                        "that built this page, where it is missing"
+                    ),
+                    "icon": "fas fa-download",
+                    "label": "download-setup-button",
+                }
+            )
+
+
+def setup(app):
+    app.connect("config-inited", _latex_config, priority=900)
+    app.connect("html-page-context", _header_buttons, priority=600)
+    app.add_post_transform(ContainerTargets)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

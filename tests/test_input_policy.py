@@ -211,6 +211,9 @@ VALID = {
     ("masked", "retrieval_threshold"): dict(beta=1.0, lam=1.0, M=8.0, n_modes=4, normalised=True),
     ("masked", "correlation_linear"): dict(n=5, beta=1.0, t=1.0, mode=1, lam=1.0, normalised=True),
     ("masked", "circle_field"): dict(theta=[0.1, 1.0, 2.0], beta=1.0, lam=1.0, normalised=True),
+    ("masked", "circle_simulate"): dict(
+        theta0=[0.1, 1.0, 2.0], beta=1.0, times=[0.0, 0.2], lam=1.0, normalised=True, h=0.1
+    ),
     ("masked", "circle_retrieval"): dict(
         n=4,
         beta=1.0,

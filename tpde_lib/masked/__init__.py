@@ -32,6 +32,7 @@ from ._causal import (
     Retrieval,
     circle_field,
     circle_retrieval,
+    circle_simulate,
     correlation_closed_form,
     correlation_linear,
     mode_rates,
@@ -74,6 +75,7 @@ __all__ = [
     "retrieval_threshold",
     "correlation_linear",
     "circle_field",
+    "circle_simulate",
     "Retrieval",
     "circle_retrieval",
 ]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_at_least, as_count, as_flag, as_float_array, as_positive, as_seed
+from .._checks import as_at_least, as_count, as_flag, as_float_array, as_positive, as_seed, as_times
 
 __all__ = [
     "renyi_centers",
@@ -39,6 +39,7 @@ __all__ = [
     "retrieval_threshold",
     "correlation_linear",
     "circle_field",
+    "circle_simulate",
     "Retrieval",
     "circle_retrieval",
 ]
@@ -452,6 +453,73 @@ def circle_field(
     return v[0] if th.ndim == 1 else v
 
 
+def circle_simulate(
+    theta0: ArrayLike,
+    beta: float,
+    times: ArrayLike,
+    lam: float = 0.0,
+    normalised: bool = True,
+    h: float = 0.1,
+) -> NDArray[np.float64]:
+    r"""Integrate the causal dynamics of :func:`circle_field` for a batch of sequences (RK4).
+
+    Parameters
+    ----------
+    theta0 : array_like, shape (n,) or (D, n)
+        Initial angles, in causal order.
+    beta : float
+        > 0.
+    times : array_like, shape (T,)
+        Increasing, starting anywhere; each interval is split into equal steps of at most ``h``.
+    lam : float, default 0.0
+        Slope of the positional bias, >= 0.
+    normalised : bool, default True
+    h : float, default 0.1
+        Largest RK4 step, > 0.
+
+    Returns
+    -------
+    ndarray, shape (T,) + theta0.shape
+        The angles at ``times`` (not wrapped to an interval).
+
+    Examples
+    --------
+    Two tokens close in (the second moves, the first does not):
+
+    >>> import numpy as np, tpde_lib as tp
+    >>> th = tp.masked.circle_simulate([0.0, 1.0], 2.0, [0.0, 5.0])
+    >>> float(th[-1, 0]), bool(0 < th[-1, 1] < 1.0)
+    (0.0, True)
+    """
+    th = as_float_array("theta0", theta0)
+    if th.ndim not in (1, 2) or th.shape[-1] < 2:
+        raise ValueError(f"theta0 must have shape (n,) or (D, n) with n >= 2, got {th.shape}")
+    beta = as_positive("beta", beta)
+    t = as_times("times", times)
+    lam = as_at_least("lam", lam, 0.0)
+    normalised = as_flag("normalised", normalised)
+    h = as_positive("h", h)
+    batch = (th[None] if th.ndim == 1 else th).copy()
+    logw = _positional_logits(batch.shape[1], lam, normalised)
+
+    def f(x):
+        return _circle_velocity(x, beta, logw, normalised)[0]
+
+    out = [batch.copy()]
+    for dt in np.diff(t):
+        steps = max(1, math.ceil(dt / h - 1e-9))
+        step = dt / steps
+        for _ in range(steps):
+            k1 = f(batch)
+            k2 = f(batch + 0.5 * step * k1)
+            k3 = f(batch + 0.5 * step * k2)
+            k4 = f(batch + step * k3)
+            batch = batch + step / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        out.append(batch.copy())
+    res = np.stack(out)
+    return res[:, 0] if th.ndim == 1 else res
+
+
 @dataclass(frozen=True)
 class Retrieval:
     """Result of :func:`circle_retrieval`.
@@ -467,8 +535,10 @@ class Retrieval:
     stderr : ndarray, shape (m, n)
         Their standard errors (standard deviation over the draws / sqrt(draws)).
     draws : int
+    samples : ndarray, shape (m, draws, n)
+        The estimator's value for each draw (for statistics of combinations of modes).
     final : ndarray, shape (draws, n)
-        The angles at depth t (for further statistics).
+        The angles at depth t.
     """
 
     positions: np.ndarray
@@ -476,6 +546,7 @@ class Retrieval:
     mean: np.ndarray
     stderr: np.ndarray
     draws: int
+    samples: np.ndarray
     final: np.ndarray
 
 
@@ -584,5 +655,6 @@ def circle_retrieval(
         mean=X.mean(axis=1),
         stderr=X.std(axis=1, ddof=1) / math.sqrt(draws),
         draws=draws,
+        samples=X,
         final=th,
     )

@@ -859,11 +859,11 @@ MUTANTS = [
         "12_causal_attention",
     ),
     M(
-        "causal-jacobian-diagonal-sign",
-        "tangent of the circle field with +sum instead of -sum on its diagonal",
+        "causal-jacobian-sin2-sign",
+        "tangent of the softmax circle field with +beta sin^2 instead of -beta sin^2",
         "masked/_causal.py",
-        "M[:, idx, idx] = -M.sum(axis=2)",
-        "M[:, idx, idx] = M.sum(axis=2)",
+        "M = p * (cos - beta * sin**2 + beta * v[:, :, None] * sin)",
+        "M = p * (cos + beta * sin**2 + beta * v[:, :, None] * sin)",
         "12_causal_attention",
     ),
     M(

@@ -203,6 +203,30 @@ VALID = {
         sup=False,
     ),
     ("masked", "fit_exponent"): dict(x=[1.0, 2.0, 4.0], y=[1.0, 0.5, 0.26]),
+    ("masked", "renyi_centers"): dict(points=X6, delta=0.5, strong=False),
+    ("masked", "mode_rates"): dict(beta=1.0, n_modes=3, normalised=True),
+    ("masked", "correlation_closed_form"): dict(s=[0.2, 1.0], rate=0.5, t=1.0, lam=1.0),
+    ("masked", "retrieval_profile"): dict(
+        s=[0.2, 1.0], beta=1.0, t=1.0, lam=1.0, M=8.0, n_modes=4, normalised=True
+    ),
+    ("masked", "retrieval_threshold"): dict(beta=1.0, lam=1.0, M=8.0, n_modes=4, normalised=True),
+    ("masked", "correlation_linear"): dict(n=5, beta=1.0, t=1.0, mode=1, lam=1.0, normalised=True),
+    ("masked", "circle_field"): dict(theta=[0.1, 1.0, 2.0], beta=1.0, lam=1.0, normalised=True),
+    ("masked", "circle_simulate"): dict(
+        theta0=[0.1, 1.0, 2.0], beta=1.0, times=[0.0, 0.2], lam=1.0, normalised=True, h=0.1
+    ),
+    ("masked", "circle_retrieval"): dict(
+        n=4,
+        beta=1.0,
+        t=0.2,
+        lam=0.5,
+        draws=3,
+        modes=(1,),
+        normalised=True,
+        h=0.1,
+        seed=0,
+        estimator="tangent",
+    ),
     ("meanfield", "uniform_disk"): dict(n=5, radius=1.0, seed=0),
     ("meanfield", "sunflower"): dict(n=5, radius=1.0),
     ("meanfield", "gaussian_affine_flow"): dict(

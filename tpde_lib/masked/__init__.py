@@ -16,7 +16,8 @@ which distance needs an atom of :math:`m` at :math:`s = 0`, the *attention sink*
 Modules: ``_positions`` (tokens with positions, the sink, prefix shifts, the sink's share of
 attention), ``_bounds`` (the prefix average, its :math:`L^p(m)` norms, the Lipschitz and
 stability constants, the linear sink response), ``_sensitivity`` (measured sensitivity and its
-sweeps).
+sweeps), ``_causal`` (causal attention: Rényi centres, the dynamics on the circle and the
+retrieval profile of iid tokens).
 """
 
 from ._bounds import (
@@ -26,6 +27,18 @@ from ._bounds import (
     masked_lipschitz_constant,
     masked_stability_constant,
     prefix_average_matrix,
+)
+from ._causal import (
+    Retrieval,
+    circle_field,
+    circle_retrieval,
+    circle_simulate,
+    correlation_closed_form,
+    correlation_linear,
+    mode_rates,
+    renyi_centers,
+    retrieval_profile,
+    retrieval_threshold,
 )
 from ._positions import (
     position_marginal,
@@ -55,4 +68,14 @@ __all__ = [
     "sink_mass_sweep",
     "prefix_sweep",
     "fit_exponent",
+    "renyi_centers",
+    "mode_rates",
+    "correlation_closed_form",
+    "retrieval_profile",
+    "retrieval_threshold",
+    "correlation_linear",
+    "circle_field",
+    "circle_simulate",
+    "Retrieval",
+    "circle_retrieval",
 ]

@@ -32,7 +32,7 @@ from docutils import nodes
 from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 
-from tpde_book import BADGES, KEY_PREFIX, MIME, STATUSES
+from tpde_book import BADGES, COUNTEREXAMPLE, KEY_PREFIX, MIME, STATUSES
 from tpde_book.ledger import collect
 
 #: statuses of the paper's claims in the map (those of the checks, plus "not checkable")
@@ -174,6 +174,14 @@ def _kind(check):
     return check.get("kind", "test")
 
 
+def _mark(ok, status, kind):
+    """A passed check's mark: a tick, or for a statement that fails as stated the words
+    "counterexample confirmed" (a tick would read as a contradiction)."""
+    if not ok:
+        return "✘ not run · "
+    return f"{COUNTEREXAMPLE} · " if kind == "test" and status == "fails" else "✔ "
+
+
 def _check_item(app, docname, c, passed):
     """One check as a line: mark, status badge, statement, measured value, where."""
     ok = c["key"] in passed
@@ -183,7 +191,7 @@ def _check_item(app, docname, c, passed):
     label = BADGES.get(c["status"], c["status"]) if kind == "test" else "consistency check"
     item = nodes.list_item(ids=[f"check-{c['key']}"], classes=["tpde-check"])
     para = _para(
-        nodes.inline("", "✔ " if ok else "✘ not run · ", classes=["tpde-check-mark"]),
+        nodes.inline("", _mark(ok, c["status"], kind), classes=["tpde-check-mark"]),
         _badge(label, status),
         " ",
         c["statement"],

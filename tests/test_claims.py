@@ -221,3 +221,34 @@ def test_the_claims_map_covers_c1_to_c17_with_existing_tests():
             assert tests, f"{c['id']} ({c['status']}) has no check of kind 'test'"
         else:
             assert c.get("note"), f"{c['id']} is not checkable but says not why"
+
+
+def _box(status, kind="test", comparison="< 1"):
+    payload = tpde_book._payload("demo-k", status, "S.", 0.5, None, kind)
+    return tpde_book._verdict_html(payload, "the gap", "0.5", comparison, "why, and the wrong formula")
+
+
+def test_a_verdict_box_shows_value_and_bound_and_folds_the_reason():
+    box = _box("derived")
+    head, folded = box.split("<details", 1)
+    assert "<strong>0.5</strong> &lt; 1" in head and "why, and the wrong formula" not in head
+    assert "why, and the wrong formula" in folded and 'id="verdict-demo-k"' in head
+
+
+def test_a_statement_that_fails_as_stated_is_confirmed_without_a_tick():
+    box = _box("fails")
+    assert tpde_book.COUNTEREXAMPLE in box and "✓" not in box
+    assert "✓" in _box("fails", kind="consistency") and "✓" in _box("paper")
+    text = tpde_book.verdict  # the one-line text form outside a kernel
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        text("demo-k", "fails", "S.", measured="m", value=2.0, above=1, reason="r")
+    assert out.getvalue().startswith(tpde_book.COUNTEREXAMPLE) and "✓" not in out.getvalue()
+
+
+def test_a_cited_works_result_has_its_own_status_and_badge():
+    assert "cited" in tpde_book.STATUSES and tpde_book.BADGES["cited"] == "cited work"
+    assert 'class="tpde-badge tpde-cited"' in _box("cited")

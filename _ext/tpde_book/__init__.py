@@ -18,11 +18,21 @@ import json
 import numbers
 import re
 
-__all__ = ["verdict", "STATUSES", "BADGES", "KINDS", "MIME", "GLUE_PREFIX", "KEY_PREFIX"]
+__all__ = [
+    "verdict",
+    "STATUSES",
+    "BADGES",
+    "KINDS",
+    "COUNTEREXAMPLE",
+    "MIME",
+    "GLUE_PREFIX",
+    "KEY_PREFIX",
+]
 
 #: where a statement comes from
 STATUSES = {
     "paper": "paper's claim, checked numerically",
+    "cited": "a cited work's result, checked numerically",
     "derived": "derived here, checked numerically",
     "observed": "observed numerically",
     "fails": "does not hold as stated (counterexample)",
@@ -30,6 +40,7 @@ STATUSES = {
 #: the short label of each status, as its badge shows it
 BADGES = {
     "paper": "paper's claim",
+    "cited": "cited work",
     "derived": "derived here",
     "observed": "observed",
     "fails": "fails as stated",
@@ -114,13 +125,21 @@ def _math_html(text):
     return "".join(out)
 
 
+#: what the box says of a check that passed: a tick, except for a statement that fails as
+#: stated, whose check confirms a counterexample (a green tick would read as a contradiction)
+COUNTEREXAMPLE = "counterexample confirmed"
+
+
 def _verdict_html(payload, measured, shown, comparison, reason):
+    """The verdict box: the statement, the measured value and its bound visible; the reason for
+    the bound (and the wrong formula it rejects) folded under them."""
     import html
 
     status, claim = payload["status"], payload["claim"]
     kind = payload["kind"]
     badge = BADGES[status] if kind == "test" else KINDS[kind]
     klass = status if kind == "test" else "consistency"
+    counter = kind == "test" and status == "fails"
     claim_html = ""
     if claim is not None:
         claim_html = (
@@ -129,16 +148,24 @@ def _verdict_html(payload, measured, shown, comparison, reason):
     measure = f"{_math_html(measured)}: <strong>{html.escape(shown)}</strong>"
     if comparison:
         measure += f" {html.escape(comparison)}"
-    reason_html = f'<span class="tpde-verdict-reason">{_math_html(reason)}</span>' if reason else ""
+    if counter:
+        measure = f'<span class="tpde-verdict-counter">{COUNTEREXAMPLE}</span> · {measure}'
+        mark = '<span class="tpde-verdict-mark tpde-verdict-mark-counter" aria-hidden="true">⚑</span>'
+    else:
+        mark = '<span class="tpde-verdict-mark" aria-hidden="true">✓</span>'
+    summary = "why this bound" if comparison else "the criterion"
+    reason_html = (
+        f'<details class="tpde-verdict-why"><summary>{summary}</summary>'
+        f'<p class="tpde-verdict-reason">{_math_html(reason)}</p></details>'
+    )
     return (
         f'<div class="tpde-verdict tpde-{klass}" id="verdict-{payload["key"]}">'
-        f'<span class="tpde-verdict-mark" aria-hidden="true">✓</span>'
+        f"{mark}"
         f'<div class="tpde-verdict-body">'
         f'<p class="tpde-verdict-head"><span class="tpde-badge tpde-{klass}">{badge}</span>{claim_html} '
         f'<span class="tpde-verdict-statement">{_math_html(payload["statement"])}</span></p>'
-        f'<p class="tpde-verdict-measure">{measure}'
-        + (f" · {reason_html}" if reason_html else "")
-        + "</p></div></div>"
+        f'<p class="tpde-verdict-measure">{measure}</p>'
+        f"{reason_html}</div></div>"
     )
 
 
@@ -169,7 +196,7 @@ def verdict(
     ----------
     key : str
         Stable identifier, lowercase words joined by hyphens (``"softmax-blowup-time"``).
-    status : {"paper", "derived", "observed", "fails"}
+    status : {"paper", "cited", "derived", "observed", "fails"}
         Where the statement comes from (:data:`STATUSES`).
     statement : str
         What is checked, in one sentence; ``$...$`` parts are TeX.
@@ -182,7 +209,8 @@ def verdict(
     holds : bool, optional
         The outcome of a check that is not one comparison of ``value``.
     reason : str
-        Why the tolerance is what it is (or, with ``holds``, what the criterion is).
+        Why the tolerance is what it is and the plausible wrong formula it rejects (or, with
+        ``holds``, what the criterion is); the box folds it under the measured value.
     claim : str, optional
         The paper's claim (``"C1"`` .. ``"C17"``) or the book's result beyond the paper
         (``"B1"``, ...) the check bears on.
@@ -235,7 +263,8 @@ def verdict(
         )
     payload["value"] = shown + (f" {comparison}" if comparison else "")
     label = STATUSES[status].split(",")[0] if kind == "test" else KINDS[kind]
-    text = f"✓ {label}: {statement} — {measured} = {shown}"
+    mark = f"{COUNTEREXAMPLE} ·" if kind == "test" and status == "fails" else "✓"
+    text = f"{mark} {label}: {statement} — {measured} = {shown}"
     text += f" {comparison} ({reason})" if comparison else f" ({reason})"
     try:
         from IPython import get_ipython

@@ -319,6 +319,28 @@ def test_stiff_members_are_finished_by_the_stiff_solver():
         assert (tr.status == "blowup") == sv.blows_up[b]
 
 
+def test_survey_members_stopped_by_the_growth_cap_are_not_blowups():
+    # moved from chapter 6b (engineering, not mathematics): 13 general pairs, rerun with the
+    # growth cap lowered to 1e3, so that members which blow up slowly are stopped by it
+    rng = np.random.default_rng(1)
+    A, V = rng.standard_normal((2, 80, 2, 2))
+    members = [0, 1, 2, 3, 4, 5, 6, 7, 9, 24, 65, 66, 68]  # five the lowered cap stops
+    A, V = A[members], V[members]
+    full = cl.blowup_survey(A, V, np.eye(2), horizon=50.0)
+    low = cl.blowup_survey(A, V, np.eye(2), horizon=50.0, max_growth=1e3)
+    capped = low.status == "growth_limit"
+    # the lowered cap stops members (with a finite estimated time) that the uncapped run sees
+    # blow up; none of them counts as a blow-up
+    assert capped.sum() >= 3 and np.isfinite(low.blowup_time[capped]).all()
+    assert full.blows_up[capped].all() and not (full.status == "growth_limit").any()
+    assert not low.blows_up[capped].any()
+    # the blow-ups of the capped run are those of the uncapped run, at the same times
+    # (blow-up detection ~1e-6 relative)
+    both = low.blows_up
+    np.testing.assert_array_equal(both, full.blows_up & ~capped)
+    assert np.abs(low.blowup_time[both] / full.blowup_time[both] - 1).max() < 1e-5
+
+
 def test_spd_V_with_positive_definite_symmetric_part_blows_up_before_the_lyapunov_bound():
     # derived: L = tr(V^-1 S) satisfies L' >= c L^2, c = lambda_min(A + A^T) lambda_min(V)^2 / d,
     # so t* <= 1 / (c L0); every draw must blow up, before that time

@@ -247,6 +247,21 @@ def test_multihead_is_the_sum_of_independently_computed_heads():
         multihead_rhs([As[0]], [], m, S)
 
 
+def test_multihead_with_one_head_follows_the_softmax_ode():
+    # moved from chapter "Gaussian solutions" (a consistency check of the composite class):
+    # the solver of MultiHead([Softmax(A, V)]) and of Softmax(A, V) give the same trajectory
+    import tpde_lib as tp
+
+    rng = np.random.default_rng(12)
+    A, V = 0.5 * rng.standard_normal((2, 2, 2))
+    g0 = tp.Gaussian([0.3, -0.2], _spd(rng, 2))
+    times = np.linspace(0.0, 1.0, 5)
+    sm = tp.simulate_gaussian(tp.Softmax(A, V), g0, times)
+    mh = tp.simulate_gaussian(tp.MultiHead([tp.Softmax(A, V)]), g0, times)
+    assert np.abs(mh.cov - sm.cov).max() < 1e-12
+    assert np.abs(mh.mean - sm.mean).max() < 1e-12
+
+
 def test_linear_with_zero_mean_has_softmax_covariance_ode():
     rng = np.random.default_rng(11)
     A, V = rng.standard_normal((2, D, D))

@@ -134,8 +134,8 @@ def multihead_rhs(
     Parameters
     ----------
     As, Vs : sequence of ndarray, each of shape (..., d, d)
-        Score matrices :math:`A_h` and (merged value-output) matrices :math:`V_h` (the notes'
-        :math:`C_h`), one per head, same length.
+        Score matrices :math:`A_h` and value matrices :math:`V_h` (each head's value and output
+        projections merged into one (d, d) matrix), one per head, same length.
     mean : ndarray, shape (..., d)
     cov : ndarray, shape (..., d, d)
 

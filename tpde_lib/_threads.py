@@ -210,7 +210,7 @@ def held_blas(entries, nblocks=2):
     results 2e-16 apart from one thread at d = 64 and 128)."""
     if (
         ThreadpoolController is None
-        or entries < _PARALLEL_ENTRIES
+        or entries < PARALLEL_ENTRIES
         or nblocks < 2
         or getattr(_local, "inside", False)
     ):

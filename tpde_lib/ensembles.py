@@ -60,7 +60,7 @@ class Ensemble:
     weights : ndarray, shape (B, n)
     positions : ndarray, shape (B, n), or None
     blowup_times : ndarray, shape (B,)
-        Member ``b``'s blow-up time as :attr:`Trajectory.blowup_time` gives it (the end of the
+        Member ``b``'s blow-up time as ``Trajectory.blowup_time`` gives it (the end of the
         step during which its particles or field stopped being finite); NaN where the member
         reached ``times[-1]``.
     reached : ndarray of int, shape (B,)
@@ -222,13 +222,13 @@ def simulate_batch(
         As for :func:`~tpde_lib.simulate` (``max_steps`` caps each member's steps).
     on_blowup : {"stop", "raise"}
         ``"stop"`` (the default here): a member that blows up stops there, its blow-up time in
-        :attr:`Ensemble.blowup_times`, and the others finish. ``"raise"``: the first blow-up
+        ``Ensemble.blowup_times``, and the others finish. ``"raise"``: the first blow-up
         raises ``FloatingPointError`` naming the member and the time.
 
     Returns
     -------
     Ensemble
-        Member ``b`` (:meth:`Ensemble.member`) is bitwise
+        Member ``b`` (:meth:`~tpde_lib.Ensemble.member`) is bitwise
         ``simulate(att, Empirical(points[b], weights[b], positions[b]), times, ...,
         on_blowup="stop")``, whatever the number of threads.
 

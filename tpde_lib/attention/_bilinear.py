@@ -149,7 +149,7 @@ class Softmax(_Bilinear):
         self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
     ) -> np.ndarray:
         """The field of a batch of clouds (B, n, d), all members at once when each is one dense
-        matrix of the engine and every weight is positive (:mod:`._batched`: bitwise each
+        matrix of the engine and every weight is positive (stacked over the batch: bitwise each
         member's :meth:`field`); member by member otherwise, and for a subclass with a field of
         its own."""
         if owns_field(self, Softmax):

@@ -47,8 +47,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import yaml
 from offline_browser import offline_context
+
+from tpde_book.ledger import toc_documents
 
 ROOT = Path(__file__).resolve().parents[1]
 # keypress -> new figure budget (seconds), every panel (issue 31)
@@ -61,22 +62,8 @@ USER_SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '
 
 def toc_notebooks(root=ROOT):
     """Files of ``_toc.yml`` (in order) that are Jupytext notebooks, as paths relative to root."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(toc)
     out = []
-    for name in found:
+    for name in toc_documents(root):  # the book's one _toc.yml walker
         path = root / (name if name.endswith(".md") else f"{name}.md")
         text = path.read_text(encoding="utf-8") if path.exists() else ""
         if text.startswith("---") and "jupytext:" in text.split("\n---", 1)[0]:

@@ -421,3 +421,22 @@ def checked_result(name, value, shape=None, allow_inf=False, part=None):
             + ("" if part is None else f" in {part}")
         )
     return arr
+
+
+def as_callable_of(name, func, expected, *args):
+    """``func`` if its signature accepts the positional ``args`` (a sample call, not made), else
+    ``TypeError`` naming ``name`` and the ``expected`` signature, e.g. ``"(t, y, idx)"``, where
+    Python would raise a bare TypeError from deep inside the library. Callables whose signature
+    cannot be read (some builtins) pass."""
+    import inspect
+
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return func
+    try:
+        sig.bind(*args)
+    except TypeError as exc:
+        label = getattr(func, "__name__", type(func).__name__)
+        raise TypeError(f"{name} must be a callable {name}{expected}, got {label}{sig} ({exc})") from None
+    return func

@@ -136,3 +136,30 @@ def test_steering_refuses_a_target_of_another_rank_and_bad_arguments():
         tp.gaussian.steer_covariance(att, np.eye(2), np.eye(2), T=1.0, pieces=0)
     with pytest.raises(TypeError, match="closure"):
         tp.gaussian.steer_covariance(tp.Sigmoid(np.eye(2), np.eye(2)), np.eye(2), np.eye(2), T=1.0)
+
+
+def test_layer_blowup_time_when_v_p_exceeds_float64():
+    """v p = 2e600: t* = log(1 + 2w/p) / (2w) ~ 1/p underflows to 0 (was inf, "never")."""
+    I = np.eye(2)
+    assert tp.gaussian.layer_blowup_time(I, 1e300 * I, 1.0, v=1e300) == 0.0
+    assert tp.gaussian.layer_blowup_time(I, 1e300 * I, 1.0, v=-1e300) == np.inf
+
+
+def test_layer_closed_form_with_a_strongly_contracting_feedforward():
+    """w = -400: e^{-2wt} = e^800 overflowed (NaN at t = 1). Exact: Sigma_t = 1/(e^{800 t} -
+    2 g(t)) for Sigma0 = A = I, v = 1, g = (e^{800 t} - 1) / 800: about e^{-800 t}."""
+    S = tp.gaussian.layer_closed_form(np.eye(2), np.eye(2), -400.0, [0.0, 0.5, 1.0])
+    assert np.all(np.isfinite(S))
+    t = np.array([0.5, 1.0])
+    # 1 / (e^{800 t} (1 - 2 (1 - e^{-800 t}) / 800)) in the log domain
+    expected = np.exp(-800.0 * t - np.log1p(-2 * (-np.expm1(-800.0 * t)) / 800.0))
+    assert np.allclose(S[1:, 0, 0], expected, rtol=1e-13, atol=0)
+    assert np.array_equal(S[1:, 0, 1], [0.0, 0.0])
+
+
+def test_steer_covariance_stops_at_its_budget():
+    att = tp.Softmax(-np.eye(2), np.eye(2))
+    with pytest.raises(ValueError, match="max_evals=2000"):
+        tp.gaussian.steer_covariance(att, np.eye(2), 1e6 * np.eye(2), 1.0, pieces=1, max_evals=2000)
+    with pytest.raises(TypeError, match="max_evals"):
+        tp.gaussian.steer_covariance(att, np.eye(2), np.eye(2), 1.0, max_evals=1.5)

@@ -149,3 +149,17 @@ def test_bad_arguments_name_the_argument():
         solve_batch(f, np.ones((1, 1)), [0.0, 1.0], rtol=np.nan)
     with pytest.raises(TypeError, match="f must be a callable"):
         solve_batch(None, np.ones((1, 1)), [0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "f, stop, name",
+    [
+        (lambda t, y: -y, None, "f"),
+        (lambda t, y, idx, extra: -y, None, "f"),
+        (lambda t, y, idx: -y, lambda idx, t: None, "stop"),
+    ],
+    ids=["f-two-args", "f-four-args", "stop-two-args"],
+)
+def test_callables_of_the_wrong_signature_are_a_clear_type_error(f, stop, name):
+    with pytest.raises(TypeError, match=rf"{name} must be a callable {name}\("):
+        solve_batch(f, np.ones((2, 2)), [0.0, 1.0], stop=stop)

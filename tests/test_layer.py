@@ -215,3 +215,55 @@ def test_gauss_hermite_particles_under_the_layer_follow_the_gaussian_ode():
     c = (x - m).T @ ((x - m) * w[:, None])
     np.testing.assert_allclose(m, sol.mean[-1], rtol=0, atol=1e-9)
     np.testing.assert_allclose(c, sol.cov[-1], rtol=0, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# extremes and wrong inputs (issue 41)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_to_sphere_at_the_extremes_of_floating_point():
+    r = math.sqrt(0.5)
+    assert np.allclose(tp.to_sphere([[1e200, 1e200]]), [[r, r]], rtol=1e-15)
+    assert tp.to_sphere([[1e-200, 0.0]]).tolist() == [[1.0, 0.0]]
+    assert tp.to_sphere([[5e-324, 0.0]]).tolist() == [[1.0, 0.0]]  # the smallest subnormal
+    with pytest.raises(ValueError, match="NaN"):
+        tp.to_sphere([[np.nan, 0.0]])
+    with pytest.raises(ValueError, match="zero row"):
+        tp.to_sphere([[1.0, 0.0], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    "bad", [[["1", "0"]], [[1 + 1j, 0.0]], [[True, False]]], ids=["str", "complex", "bool"]
+)
+def test_to_sphere_and_tangent_projection_take_real_numbers_only(bad):
+    with pytest.raises(TypeError, match="points"):
+        tp.to_sphere(bad)
+    with pytest.raises(TypeError, match="points"):
+        tp.tangent_projection(bad, [[1.0, 0.0]])
+    with pytest.raises(TypeError, match="vectors"):
+        tp.tangent_projection([[1.0, 0.0]], bad)
+
+
+def test_tangent_projection_refuses_broadcasting_and_zero_points():
+    with pytest.raises(ValueError, match=r"vectors must have shape \(1, 2\)"):
+        tp.tangent_projection([[1.0, 0.0]], [[1.0, 1.0], [2.0, 2.0]])
+    with pytest.raises(ValueError, match="zero row"):
+        tp.tangent_projection([[0.0, 0.0]], [[1.0, 1.0]])
+    # scaled: points and vectors of 1e200 neither overflow nor lose the tangent part
+    out = tp.tangent_projection([[1e200, 0.0]], [[1e200, 3e200]])
+    assert out.tolist() == [[0.0, 3e200]]
+    assert tp.tangent_projection([[1e-200, 0.0]], [[2.0, 3.0]]).tolist() == [[0.0, 3.0]]
+
+
+def test_a_feedforward_returning_nan_is_an_error_not_a_blowup():
+    att = tp.Softmax(np.eye(2), np.eye(2))
+    layer = tp.Layer(att, lambda x, t: np.full_like(x, np.nan))
+    with pytest.raises(ValueError, match="feedforward returned NaN"):
+        tp.simulate(layer, np.eye(2), [0.0, 1.0], on_blowup="stop")
+
+
+@pytest.mark.parametrize("ff", [lambda x: x, lambda x, t, s: x, lambda: 0], ids=["one", "three", "none"])
+def test_a_feedforward_of_the_wrong_signature_is_a_clear_type_error(ff):
+    with pytest.raises(TypeError, match=r"feedforward must be a callable feedforward\(points, t\)"):
+        tp.Layer(tp.Softmax(np.eye(2), np.eye(2)), ff)

@@ -498,3 +498,83 @@ def test_projection_is_the_authors_psd_projection_bit_for_bit():
             assert np.array_equal(got, ref)
     with pytest.raises(np.linalg.LinAlgError, match="eigh"):
         _psd_projection_verbatim(np.full((1, 2, 2), np.nan))
+
+
+def test_legacy_draws_leave_the_global_generator_alone_and_are_thread_safe():
+    """Issue 41: eight threads calling histogram_inits and histogram_setting at once got
+    different matrices (six of eight), and the global np.random state was changed. The legacy
+    stream now comes from a private RandomState."""
+    import threading
+
+    from tpde_lib.official import histogram_inits, histogram_setting
+
+    ref_inits = [histogram_inits(4, 3000, seed=j) for j in range(8)]
+    ref_setting = histogram_setting("softmax", "random", 4)
+    np.random.seed(12345)  # noqa: NPY002 (the global state this test watches)
+    before = np.random.get_state()[1].copy()  # noqa: NPY002
+    got, errors = {}, []
+
+    def work(j):
+        try:
+            for _ in range(3):
+                got[j] = (histogram_inits(4, 3000, seed=j), histogram_setting("softmax", "random", 4))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(j,)) for j in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for j in range(8):
+        assert np.array_equal(got[j][0], ref_inits[j])
+        assert np.array_equal(got[j][1].Q, ref_setting.Q) and np.array_equal(got[j][1].V, ref_setting.V)
+    assert np.array_equal(np.random.get_state()[1], before)  # noqa: NPY002
+    # the stream is the authors' np.random.seed stream
+    np.random.seed(41)  # noqa: NPY002
+    G = np.random.randn(4, 4)  # noqa: NPY002
+    assert np.array_equal(histogram_inits(4, 1)[0], G @ G.T)
+
+
+def test_paper_experiments_leave_the_global_generator_alone():
+    from tpde_lib.official import paper_experiment
+
+    np.random.seed(7)  # noqa: NPY002
+    before = np.random.get_state()[1].copy()  # noqa: NPY002
+    exps = [paper_experiment(f"E{k}") for k in range(1, 7)]
+    assert np.array_equal(np.random.get_state()[1], before)  # noqa: NPY002
+    np.random.seed(35)  # noqa: NPY002 (E1: Q = rand(2, 2) after seed 35)
+    assert np.array_equal(exps[0].Q, np.random.rand(2, 2))  # noqa: NPY002
+
+
+def test_paper_histogram_ranks_draws_its_initial_conditions_lazily():
+    """n_attempts = 10**8 drew 10**8 initial conditions up front (7 GB at d = 3)."""
+    import tracemalloc
+
+    from tpde_lib.official import histogram_setting, paper_histogram_ranks
+
+    s = histogram_setting("softmax", "identity", 3)
+    tracemalloc.start()
+    run = paper_histogram_ranks(s, n_draws=2, n_attempts=10**8)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert run.draw_init.tolist() == [0, 1] and peak < 50 * 2**20
+
+
+def test_histogram_inits_refuses_more_than_its_cap_before_drawing():
+    from tpde_lib.official import histogram_inits
+
+    with pytest.raises(ValueError, match="1 GiB"):
+        histogram_inits(3, 10**8)
+
+
+def test_paired_ranks_with_unsorted_eigenvalues_and_a_non_covariance_limit():
+    from tpde_lib.official import paired_ranks
+
+    limits = np.array([np.diag([1.0, 0.0, 0.0])])
+    # the Euler eigenvalues in descending order: top_ratio is 2 / 1 whatever the order
+    assert paired_ranks([[2.0, 0.0, 0.0]], limits).top_ratio.tolist() == [2.0]
+    assert paired_ranks([[0.0, 0.0, 2.0]], limits).top_ratio.tolist() == [2.0]
+    with pytest.raises(ValueError, match=r"limits must be positive semi-definite.*limits\[0\]"):
+        paired_ranks([[1.0, 1.0, 1.0]], -np.eye(3)[None])

@@ -139,3 +139,122 @@ def test_sphere_errors_name_the_argument():
         sphere.sample_caps(np.eye(2), [3], 0.1)
     with pytest.raises(ValueError, match="points must have shape"):
         sphere.cluster_plateaus([0.0, 1.0], np.zeros((3, 2, 2)) + 1, 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# extremes of floating point and bounded memory (issue 41)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_count_clusters_compares_distances_without_cancellation():
+    """|x|^2 + |y|^2 - 2<x, y> cancels: it merged two unit vectors 1e-8 apart at r = 1e-9, and
+    two tokens 1 apart at 1e8 from the origin at r = 0.5. Distances by differences keep them
+    apart; at r just above the distance they are one cluster."""
+    a = np.array([[1.0, 0.0], [math.cos(1e-8), math.sin(1e-8)]])
+    assert sphere.count_clusters(a, 1e-9) == 2
+    assert sphere.count_clusters(a, 2e-8) == 1
+    b = np.array([[1e8, 0.0], [1e8 + 1, 0.0]])
+    assert sphere.count_clusters(b, 0.5) == 2
+    assert sphere.count_clusters(b, 1.0) == 1
+    assert sphere.count_clusters(np.array([[1e200, 0.0], [-1e200, 0.0]]), 1e199) == 2
+
+
+def test_blocked_pairwise_quantities_match_the_dense_formulas(monkeypatch):
+    """Small blocks force the blockwise paths (the dense matrix is used up to _DENSE_PAIRS):
+    the same counts, the same diameter (its candidates are measured by differences, as the
+    dense formula does) and the energy within float64 round-off of its sum."""
+    x = sphere.sample_caps(np.eye(3), [40, 30, 30], 0.1, seed=3)
+    dense = (
+        [sphere.count_clusters(x, r) for r in (0.05, 0.2, 1.0)],
+        sphere.diameter(x),
+        sphere.sphere_energy(x, 3.0),
+    )
+    monkeypatch.setattr(sphere, "_BLOCK_PAIRS", 700)
+    monkeypatch.setattr(sphere, "_DENSE_PAIRS", 0)
+    assert [sphere.count_clusters(x, r) for r in (0.05, 0.2, 1.0)] == dense[0]
+    assert sphere.diameter(x) == dense[1]
+    assert sphere.sphere_energy(x, 3.0) == pytest.approx(dense[2], rel=1e-14)
+
+
+def test_pairwise_quantities_stay_in_bounded_memory():
+    """n = 6000 tokens: the dense (n, n, d) differences took 864 MB (18.6 GiB at n = 50 000);
+    blockwise, each call stays below 64 MiB."""
+    import tracemalloc
+
+    x = sphere.sample_caps(np.eye(3), [2000, 2000, 2000], 0.05, seed=0)
+    for f, args in ((sphere.count_clusters, (0.3,)), (sphere.sphere_energy, (5.0,)), (sphere.diameter, ())):
+        tracemalloc.start()
+        f(x, *args)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 64 * 2**20, (f.__name__, peak)
+
+
+def test_too_many_tokens_are_refused_before_any_allocation():
+    x = np.broadcast_to(np.array([1.0, 0.0]), (sphere.MAX_TOKENS + 1, 2))
+    for f, args in ((sphere.count_clusters, (0.3,)), (sphere.sphere_energy, (5.0,)), (sphere.diameter, ())):
+        with pytest.raises(ValueError, match="at most 200000"):
+            f(x, *args)
+
+
+def test_sphere_energy_in_the_log_domain_and_overflow_reported():
+    one = np.tile([0.0, 1.0], (3, 1))
+    # e^800 / 1600 exceeds float64: an error saying so, and log=True gives its logarithm
+    with pytest.raises(ValueError, match="log=True"):
+        sphere.sphere_energy(one, 800.0)
+    assert sphere.sphere_energy(one, 800.0, log=True) == pytest.approx(800.0 - math.log(1600.0), rel=1e-15)
+    x = sphere.sample_caps(np.eye(2), [5, 5], 0.3, seed=1)
+    assert sphere.sphere_energy(x, 2.0, log=True) == pytest.approx(
+        math.log(sphere.sphere_energy(x, 2.0)), rel=1e-14
+    )
+    with pytest.raises(TypeError, match="log"):
+        sphere.sphere_energy(x, 2.0, log="yes")
+
+
+def test_diameter_at_the_extremes_of_floating_point():
+    assert sphere.diameter([[1e200, 0.0], [-1e200, 0.0]]) == 2e200
+    assert sphere.diameter([[1e-200, 0.0], [-1e-200, 0.0]]) == 2e-200
+    with pytest.raises(ValueError, match="exceeds float64"):
+        sphere.diameter([[1.5e308, 0.0], [-1.5e308, 0.0]])
+
+
+def test_two_cluster_time_at_extreme_angles_and_exponents():
+    # theta1 = 1e-300: beta -> 0 gives log tan(theta0 / 2) - log tan(theta1 / 2) = 690.86...
+    exact = math.log(math.tan(0.5)) - math.log(math.tan(0.5e-300))
+    assert sphere.two_cluster_time(1e-9, 1.0, 1e-300) == pytest.approx(exact, rel=1e-8)
+    # beta = 1000 at theta0 = 3: e^{1000 (1 - cos 3)} exceeds float64; its log is given
+    with pytest.raises(ValueError, match="log=True"):
+        sphere.two_cluster_time(1000.0, 3.0, 0.1)
+    log_t = sphere.two_cluster_time(1000.0, 3.0, 0.1, log=True)
+    # independently: the integral in theta of the speed's inverse with e^{beta(1 - cos 3)}
+    # factored out (h = 2 q-free bracket at m1 = 1/2), by quadrature on the last 0.05 rad
+    from scipy.integrate import quad
+
+    top = 1000.0 * (1 - math.cos(3.0))
+
+    def scaled(th):
+        q = math.exp(-1000.0 * (1 - math.cos(th)))
+        return math.exp(1000.0 * (1 - math.cos(th)) - top) / (math.sin(th) * 2 * 0.5 / (0.5 + 0.5 * q))
+
+    rest, _ = quad(scaled, 0.1, 2.95, epsabs=0, epsrel=1e-12, limit=200)
+    near, _ = quad(scaled, 2.95, 3.0, epsabs=0, epsrel=1e-12, limit=200)
+    assert log_t == pytest.approx(top + math.log(near + rest), rel=1e-12)
+
+
+def test_two_cluster_time_matches_the_quadrature_in_theta():
+    from scipy.integrate import quad
+
+    for beta, t0, t1, m1 in [(1.0, 1.5, 0.1, 0.5), (10.0, 2.0, 0.5, 0.3), (30.0, 1.0, 0.05, 0.8)]:
+
+        def inverse(th, beta=beta, m1=m1):
+            return 1.0 / sphere._two_cluster_speed(th, beta, m1)
+
+        ref, _ = quad(inverse, t1, t0, epsabs=0, epsrel=1e-13, limit=400)
+        assert sphere.two_cluster_time(beta, t0, t1, m1) == pytest.approx(ref, rel=1e-10)
+
+
+def test_sample_caps_refuses_a_zero_centre_and_takes_huge_ones():
+    with pytest.raises(ValueError, match="centres"):
+        sphere.sample_caps([[0.0, 0.0], [1.0, 0.0]], [2, 2], 0.1)
+    x = sphere.sample_caps([[1e300, 0.0]], [3], 0.01, seed=2)
+    assert np.allclose(x, sphere.sample_caps([[1.0, 0.0]], [3], 0.01, seed=2), rtol=0, atol=0)

@@ -246,3 +246,26 @@ def test_conditional_wasserstein_rejects_different_position_marginals():
         conditional_wasserstein(mu, Empirical(x, weights=[0.7, 0.3], positions=[0.0, 1.0]))
     with pytest.raises(ValueError, match="positions"):
         conditional_wasserstein(mu, Empirical(x))
+
+
+@pytest.mark.parametrize("gap", [1e-200, 1e200, 5e-324, 1.0])
+@pytest.mark.parametrize("p", [1, 2, 3.5, np.inf])
+def test_coupled_wasserstein_at_the_extremes_of_floating_point(gap, p):
+    """Every value moved by ``gap``: the distance is ``gap`` for every p (0 for 1e-200 and NaN
+    for 1e200 before the values were scaled)."""
+    from tpde_lib.transport import coupled_wasserstein
+
+    s = np.linspace(0, 1, 4)
+    mu = Empirical(np.zeros((4, 2)), positions=s)
+    nu = Empirical(np.tile([gap, 0.0], (4, 1)), positions=s)
+    assert coupled_wasserstein(mu, nu, p) == pytest.approx(gap, rel=1e-15)
+
+
+def test_coupled_wasserstein_beyond_float64_is_an_error():
+    from tpde_lib.transport import coupled_wasserstein
+
+    s = np.linspace(0, 1, 3)
+    mu = Empirical(np.full((3, 1), -1.5e308), positions=s)
+    nu = Empirical(np.full((3, 1), 1.5e308), positions=s)
+    with pytest.raises(ValueError, match="exceeds float64"):
+        coupled_wasserstein(mu, nu)

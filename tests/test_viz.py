@@ -130,3 +130,48 @@ def test_animation_html_refuses_an_icon_it_does_not_know(monkeypatch):
     monkeypatch.delitem(_animation._ICONS, "pause")
     with pytest.raises(ValueError, match="unknown player icon 'pause'"):
         _animation.animation_html(anim)
+
+
+def _one_trajectory():
+    pts = np.random.default_rng(0).standard_normal((2, 5, 2))
+    return Trajectory(np.array([0.0, 1.0]), pts, np.full(5, 0.2))
+
+
+@pytest.mark.parametrize(
+    "limits, match",
+    [("bogus", "'shared', 'own'"), ((0, 1), "two \\(x, y\\) corners"), (([0, 0], [1, -1]), "lo < hi")],
+    ids=["string", "scalars", "inverted"],
+)
+def test_cloud_panels_refuses_bad_limits_by_name(limits, match):
+    with pytest.raises(ValueError, match=f"limits must.*{match}"):
+        cloud_panels(Figure(), {"a": _one_trajectory()}, limits=limits)
+    assert len(cloud_panels(Figure(), {"a": _one_trajectory()}, limits=([-3, -3], [3, 3]))) == 1
+
+
+def test_subplots_checks_its_sizes_and_leaves_no_figure_open_on_error():
+    import matplotlib.pyplot as plt
+
+    import tpde_lib as tp
+
+    before = set(plt.get_fignums())
+    with pytest.raises((TypeError, AttributeError)):  # (matplotlib's error, whichever it is)
+        tp.viz.subplots(2, bogus=1)
+    assert set(plt.get_fignums()) == before
+    with pytest.raises(TypeError, match="panel_height"):
+        tp.viz.subplots(2, panel_height="2")
+    with pytest.raises(TypeError, match="width"):
+        tp.viz.subplots(2, width=True)
+    assert set(plt.get_fignums()) == before
+
+
+def test_plot_rank_histograms_refuses_ranks_it_would_drop():
+    import tpde_lib as tp
+
+    with pytest.raises(ValueError, match=r"ranks\[\('a', 3\)\] must hold integers in 0..3"):
+        tp.viz.plot_rank_histograms(Figure(), {("a", 3): [0, 1, 7]}, ["a"], dims=[3])
+    with pytest.raises(ValueError, match="integers"):
+        tp.viz.plot_rank_histograms(Figure(), {("a", 3): [0.5]}, ["a"], dims=[3])
+    with pytest.raises(ValueError, match="0..3"):
+        tp.viz.plot_rank_histograms(Figure(), {("a", 3): [-1]}, ["a"], dims=[3])
+    axes = tp.viz.plot_rank_histograms(Figure(), {("a", 3): [0, 3, 3]}, ["a"], dims=[3])
+    assert sum(p.get_height() for p in axes[0, 0].patches) == 3

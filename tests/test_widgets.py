@@ -325,3 +325,9 @@ def test_in_place_updates_keep_the_layout_of_the_full_draw():
         assert fig.axes[0].get_position().bounds == laid_out
         redraw({"a": -1.0})
         assert type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+
+
+@pytest.mark.parametrize("twin_values", [5, "abc", None], ids=["int", "str", "none"])
+def test_explore_refuses_twin_values_that_are_not_a_sequence(twin_values):
+    with pytest.raises(TypeError, match="twin_values must be a sequence"):
+        explore(lambda fig, a: None, {"a": widgets.FloatSlider(value=1.0)}, "a", twin_values, show=False)

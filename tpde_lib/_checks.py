@@ -425,3 +425,42 @@ def checked_result(
         where = "" if part is None else f" in {part}"
         raise nonfinite(f"{name} returned NaN{'' if allow_inf else ' or infinite'} values{where}{when}")
     return arr
+
+
+def as_callable_of(name, func, expected, *args):
+    """``func`` if its signature accepts the positional ``args`` (a sample call, not made), else
+    ``TypeError`` naming ``name`` and the ``expected`` signature, e.g. ``"(t, y, idx)"``, where
+    Python would raise a bare TypeError from deep inside the library. Callables whose signature
+    cannot be read (some builtins) pass."""
+    import inspect
+
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return func
+    try:
+        sig.bind(*args)
+    except TypeError as exc:
+        label = getattr(func, "__name__", type(func).__name__)
+        raise TypeError(f"{name} must be a callable {name}{expected}, got {label}{sig} ({exc})") from None
+    return func
+
+
+def as_nonnegative_variances(name, S, rtol=1e-12):
+    """``S`` (a covariance, already checked by :func:`as_covariance`) if no diagonal entry (a
+    variance) is below ``-rtol`` times its largest entry, else ``ValueError`` naming ``name``.
+
+    The eigenvalue test of :func:`as_covariance` allows ``-1e-8`` (round-off of computed
+    matrices, e.g. integrated covariances of low rank); a variance is a single entry whose
+    round-off is about ``d`` 2^-52 of the largest, so ``-1e-9`` of it is a negative variance,
+    not round-off, and a ``Gaussian`` with it is refused."""
+    diag = np.diagonal(S)
+    scale = unit_scale(S)
+    low = float((diag / scale).min())
+    if low < -rtol * float(np.abs(S / scale).max()):
+        k = int(np.argmin(diag))
+        raise ValueError(
+            f"{name} must have non-negative variances (diagonal entries), got "
+            f"{name}[{k}, {k}] = {diag[k]:.3g}"
+        )
+    return S

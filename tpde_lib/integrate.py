@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import as_count, as_float_array, as_positive, as_times, checked_result
+from ._checks import as_callable_of, as_count, as_float_array, as_positive, as_times, checked_result
 from ._threads import single_blas
 
 __all__ = ["BatchSolution", "STATUSES", "solve_batch"]
@@ -145,6 +145,10 @@ def solve_batch(
         raise TypeError(f"f must be a callable f(t, y, idx), got {type(f).__name__}")
     if stop is not None and not callable(stop):
         raise TypeError(f"stop must be None or a callable stop(idx, t, y, dy), got {type(stop).__name__}")
+    idx = np.arange(y.shape[0])
+    as_callable_of("f", f, "(t, y, idx)", times[0], y, idx)
+    if stop is not None:
+        as_callable_of("stop", stop, "(idx, t, y, dy)", idx, times[0], y, y)
     with single_blas():
         return _solve(f, y.copy(), times, rtol, atol, max_steps, stop)
 

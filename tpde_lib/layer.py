@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import as_choice, as_float_array, checked_result
+from ._checks import as_callable_of, as_choice, as_float_array, checked_result, unit_scale
 from ._params import Param
 from .attention import Attention, GaussianClosure
 
@@ -47,8 +47,15 @@ def to_sphere(points: ArrayLike) -> np.ndarray:
 
     Raises
     ------
+    TypeError
+        Not real numbers (strings, complex).
     ValueError
         A zero row (it has no direction), or a non-finite entry.
+
+    Notes
+    -----
+    Each row is divided by a power of two near its largest entry first (exact), so that rows of
+    size 1e200 or 1e-200 are normalised as well as rows of size 1.
 
     Examples
     --------
@@ -56,13 +63,25 @@ def to_sphere(points: ArrayLike) -> np.ndarray:
     >>> tp.to_sphere([[3.0, 4.0], [0.0, -2.0]]).tolist()
     [[0.6, 0.8], [0.0, -1.0]]
     """
-    x = np.asarray(points, dtype=float)
-    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
-    if not np.all(norms > 0):
-        if not np.all(np.isfinite(x)):
-            return x / norms[:, None]  # the integrator reports the blow-up with its time
-        raise ValueError(f"points must have no zero row to be normalised (row {int(np.argmin(norms))})")
-    return x / norms[:, None]
+    x = as_float_array("points", points, ndim=2)
+    out = _retract(x)
+    bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
+    if bad.size:
+        raise ValueError(f"points must have no zero row to be normalised (row {int(bad[0])})")
+    return out
+
+
+def _retract(x):
+    """x / |x| row by row, each row first divided by a power of two near its largest entry (exact:
+    1e200 does not overflow in the squares, nor 1e-200 underflow); a zero row gives NaN, a
+    non-finite one NaN or inf (the integrator then reports the blow-up with its time)."""
+    big = np.abs(x).max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        scale = np.ldexp(1.0, np.frexp(big)[1] - 1)  # [1, 2) after the division
+        scale[~(big > 0) | ~np.isfinite(big)] = 1.0
+        u = x / scale[:, None]
+        norms = np.sqrt(np.einsum("ij,ij->i", u, u))
+        return u / norms[:, None]
 
 
 def tangent_projection(points: ArrayLike, vectors: ArrayLike) -> np.ndarray:
@@ -78,10 +97,18 @@ def tangent_projection(points: ArrayLike, vectors: ArrayLike) -> np.ndarray:
     points : array_like, shape (n, d)
         Non-zero rows.
     vectors : array_like, shape (n, d)
+        The same shape as ``points`` (no broadcasting).
 
     Returns
     -------
     ndarray, shape (n, d)
+
+    Raises
+    ------
+    TypeError
+        Not real numbers.
+    ValueError
+        Shapes that differ, a zero point, non-finite entries, a result beyond float64.
 
     Examples
     --------
@@ -89,8 +116,25 @@ def tangent_projection(points: ArrayLike, vectors: ArrayLike) -> np.ndarray:
     >>> tp.tangent_projection([[1.0, 0.0]], [[2.0, 3.0]]).tolist()
     [[0.0, 3.0]]
     """
-    x = np.asarray(points, dtype=float)
-    v = np.asarray(vectors, dtype=float)
+    x = as_float_array("points", points, ndim=2)
+    v = as_float_array("vectors", vectors, shape=x.shape)
+    zero = np.flatnonzero(~np.any(x, axis=1))
+    if zero.size:
+        raise ValueError(f"points must have no zero row (no tangent space there), row {int(zero[0])} is zero")
+    # the point's direction x / |x| (scaled: no overflow), then the vector's radial part; the
+    # vectors scaled by a power of two near their largest entry, exact (no overflow)
+    u = _retract(x)
+    s = unit_scale(v)
+    w = v / s
+    with np.errstate(over="ignore"):
+        out = (w - np.einsum("ij,ij->i", u, w)[:, None] * u) * s
+    if not np.all(np.isfinite(out)):
+        raise ValueError("tangent_projection of vectors exceeds float64")
+    return out
+
+
+def _tangent(x, v):
+    """:func:`tangent_projection` without the checks (the layer's field on validated tokens)."""
     radial = np.einsum("ij,ij->i", x, v) / np.einsum("ij,ij->i", x, x)
     return v - radial[:, None] * x
 
@@ -173,7 +217,8 @@ class Layer(Attention):
     ----------
     normalise : callable or None
         :func:`to_sphere` on the sphere, None otherwise: what :func:`~tpde_lib.simulate` applies
-        after each step.
+        after each step (without its checks: non-finite tokens pass through, so that the
+        integrator reports a blow-up with its time).
 
     Notes
     -----
@@ -218,6 +263,8 @@ class Layer(Attention):
                 "feedforward must be an AffineFeedForward or a callable (points, t) -> (n, d), "
                 f"got {type(feedforward).__name__}"
             )
+        if feedforward is not None and not isinstance(feedforward, AffineFeedForward):
+            as_callable_of("feedforward", feedforward, "(points, t)", np.zeros((1, int(d))), 0.0)
         if isinstance(feedforward, AffineFeedForward) and feedforward.d != d:
             raise ValueError(f"feedforward acts on dimension {feedforward.d}, the attention on d={d}")
         if normalisation is not None:
@@ -225,7 +272,7 @@ class Layer(Attention):
         self.attention = attention
         self.feedforward = feedforward
         self.normalisation = normalisation
-        self.normalise = to_sphere if normalisation == "sphere" else None
+        self.normalise = _retract if normalisation == "sphere" else None
         self.d = int(d)
         self.causal = attention.causal
 
@@ -238,9 +285,17 @@ class Layer(Attention):
         shape = points.shape
         out = _checked(self.attention.field(points, weights, positions, t), shape, t, "attention.field")
         if self.feedforward is not None:
-            out = out + _checked(self.feedforward(points, t), shape, t, "feedforward")
+            ff = _checked(self.feedforward(points, t), shape, t, "feedforward")
+            if not isinstance(self.feedforward, AffineFeedForward) and np.isnan(ff).any():
+                # a reader's callable returned NaN at finite tokens: its error, not a blow-up of
+                # the tokens (an AffineFeedForward's NaN can only come from an overflow: inf - inf)
+                raise ValueError(
+                    f"Layer's feedforward returned NaN at t={t:g} for finite tokens; expected "
+                    "real numbers (inf is reported as a blow-up, NaN is not)"
+                )
+            out = out + ff
         if self.normalisation == "sphere":
-            out = tangent_projection(points, out)
+            out = _tangent(points, out)
         return out
 
     def _affine_feedforward(self):

@@ -14,7 +14,16 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import as_count, as_covariance, as_float_array, as_instance, as_rng, as_weights, unit_scale
+from ._checks import (
+    as_count,
+    as_covariance,
+    as_float_array,
+    as_instance,
+    as_nonnegative_variances,
+    as_rng,
+    as_weights,
+    unit_scale,
+)
 
 __all__ = ["Empirical", "Gaussian", "as_empirical"]
 
@@ -191,7 +200,7 @@ class Gaussian:
             raise ValueError(
                 f"cov must have shape ({m.size}, {m.size}) to match mean of shape {m.shape}, got {c.shape}"
             )
-        c = as_covariance("cov", c)
+        c = as_nonnegative_variances("cov", as_covariance("cov", c))
         m, c = np.array(m, copy=True), np.array(c, copy=True)
         m.setflags(write=False)
         c.setflags(write=False)

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import as_count, as_float_array, as_positive, as_seed, as_times, as_weights
+from ._checks import (
+    as_count,
+    as_flag,
+    as_float_array,
+    as_positive,
+    as_seed,
+    as_times,
+    as_weights,
+    unit_scale,
+)
 
 __all__ = [
     "sphere_energy",
@@ -48,7 +57,113 @@ def _weights(weights, n):
     return as_weights("weights", weights, n)
 
 
-def sphere_energy(points: ArrayLike, beta: float, weights: ArrayLike | None = None) -> float | np.ndarray:
+#: most tokens the pairwise quantities accept (their work grows as n^2; memory stays bounded)
+MAX_TOKENS = 200_000
+#: pairs in one block of the pairwise quantities (8 MiB of float64 per block array; a call
+#: holds a few such arrays at a time)
+_BLOCK_PAIRS = 1 << 20
+#: calls with at most this many pairs are one dense matrix, as before the blocks existed
+_DENSE_PAIRS = 1 << 20
+
+
+def _check_tokens(x):
+    n = x.shape[-2]
+    if n > MAX_TOKENS:
+        raise ValueError(
+            f"points has {n} tokens; the pairwise quantities of tpde_lib.sphere take at most "
+            f"{MAX_TOKENS} (their work grows as n^2; memory stays within blocks of "
+            f"{_BLOCK_PAIRS} pairs)"
+        )
+
+
+def _row_blocks(n):
+    """Row slices of at most ``_BLOCK_PAIRS / n`` rows (at least one)."""
+    b = max(1, _BLOCK_PAIRS // max(n, 1))
+    return [slice(i, min(n, i + b)) for i in range(0, n, b)]
+
+
+def _gram_d2(x, sq, rows):
+    """Squared distances of the rows ``rows`` of ``x`` to all of its rows, by the Gram matrix
+    (one product), and a bound of their round-off per row: |x|^2 + |y|^2 - 2<x, y> cancels
+    when the distance is small against the norms (error about (d + 4) 2^-52 (|x| + |y|)^2,
+    bounded here with the largest |y|)."""
+    d2 = x[rows] @ x.T
+    d2 *= -2.0
+    d2 += sq[None, :]
+    d2 += sq[rows, None]
+    norms = np.sqrt(sq[rows])
+    err = 2.0 * (x.shape[1] + 4) * np.finfo(float).eps * (norms + math.sqrt(sq.max())) ** 2
+    return d2, err[:, None]
+
+
+def _exact_d2(x, i, j):
+    """Squared distances |x_i - x_j|^2 of the index pairs (i, j), by differences (no
+    cancellation), in chunks of bounded size."""
+    out = np.empty(i.size)
+    step = max(1, _BLOCK_PAIRS // x.shape[1])
+    for k in range(0, i.size, step):
+        diff = x[i[k : k + step]] - x[j[k : k + step]]
+        out[k : k + step] = np.einsum("ij,ij->i", diff, diff)
+    return out
+
+
+def _roots(parent):
+    """The root of every node of the union-find forest ``parent`` (pointer jumping, which
+    also flattens it)."""
+    while True:
+        up = parent[parent]
+        if np.array_equal(up, parent):
+            return up
+        parent[:] = up
+
+
+def _union(parent, i, j):
+    """Merge the trees of the pairs (i, j): roots hooked onto the smaller root until every pair
+    shares one (vectorised)."""
+    while i.size:
+        root = _roots(parent)
+        ri, rj = root[i], root[j]
+        apart = ri != rj
+        if not apart.any():
+            return
+        i, j = i[apart], j[apart]
+        np.minimum.at(parent, np.maximum(ri[apart], rj[apart]), np.minimum(ri[apart], rj[apart]))
+
+
+def _frame_clusters(x, r):
+    """Connected components of the graph |x_i - x_j| <= r, blockwise (memory O(n + block))."""
+    n = x.shape[0]
+    s = unit_scale(x)
+    x = x / s  # exact (a power of two): no overflow in the squares
+    r2 = (r / s) ** 2
+    if not np.isfinite(r2) or r2 > 4.0 * 4.0 * x.shape[1]:  # r beyond every distance
+        return 1
+    x = x - x.mean(axis=0)  # the Gram form cancels less around the centre
+    sq = np.einsum("ij,ij->i", x, x)
+    parent = np.arange(n)
+    for rows in _row_blocks(n):
+        d2, err = _gram_d2(x, sq, rows)
+        close = d2 <= r2 - err
+        bi, bj = np.nonzero(~close & (d2 < r2 + err))  # the Gram form cannot tell
+        if bi.size:
+            keep = _exact_d2(x, bi + rows.start, bj) <= r2
+            close[bi[keep], bj[keep]] = True
+        # each row joins the smallest root among its neighbours (itself included), and so do
+        # the roots of its other neighbours: few pairs once the first blocks have merged
+        root = _roots(parent)
+        lowest = np.where(close, root[None, :], n).min(axis=1)
+        ci, cj = np.nonzero(close & (root[None, :] != lowest[:, None]))
+        _union(
+            parent,
+            np.concatenate([rows.start + np.arange(lowest.size), root[cj]]),
+            np.concatenate([lowest, lowest[ci]]),
+        )
+    return int(np.unique(_roots(parent)).size)
+
+
+def sphere_energy(
+    points: ArrayLike, beta: float, weights: ArrayLike | None = None, log: bool = False
+) -> float | np.ndarray:
     r"""Interaction energy of tokens on the sphere (:eq:`eq-sphere-energy`).
 
     .. math::
@@ -67,10 +182,23 @@ def sphere_energy(points: ArrayLike, beta: float, weights: ArrayLike | None = No
         Inverse temperature, > 0.
     weights : array_like, shape (n,), optional
         Masses summing to 1 (default uniform).
+    log : bool
+        Return :math:`\log E_\beta` instead (finite where :math:`E_\beta` exceeds float64,
+        e.g. one cluster at :math:`\beta = 800`).
 
     Returns
     -------
     float, or ndarray of shape (T,)
+
+    Raises
+    ------
+    ValueError
+        :math:`E_\beta` exceeds the largest float64 (pass ``log=True``).
+
+    Notes
+    -----
+    Up to ``_DENSE_PAIRS`` pairs (1 024 tokens) in one dense matrix; beyond, block by block
+    (memory bounded) with the exponent shifted by its largest value; at most ``MAX_TOKENS``.
 
     Examples
     --------
@@ -84,9 +212,39 @@ def sphere_energy(points: ArrayLike, beta: float, weights: ArrayLike | None = No
     x = _points("points", points)
     beta = as_positive("beta", beta)
     w = _weights(weights, x.shape[-2])
-    gram = np.einsum("...id,...jd->...ij", x, x)
-    out = np.einsum("i,...ij,j->...", w, np.exp(beta * gram), w) / (2.0 * beta)
-    return float(out) if x.ndim == 2 else out
+    log = as_flag("log", log)
+    _check_tokens(x)
+    frames = x[None] if x.ndim == 2 else x
+    n = x.shape[-2]
+    out = np.empty(frames.shape[0])
+    for k, frame in enumerate(frames):
+        if not log and n * n <= _DENSE_PAIRS:
+            gram = np.einsum("id,jd->ij", frame, frame)
+            if beta * np.abs(gram).max() <= 700.0:  # no overflow: the plain sum
+                out[k] = np.einsum("i,ij,j->", w, np.exp(beta * gram), w) / (2.0 * beta)
+                continue
+        out[k] = _log_energy(frame, beta, w)
+        if not log:
+            if out[k] > np.log(np.finfo(float).max):
+                raise ValueError(
+                    f"sphere_energy exceeds float64 at beta={beta:g} (log E = {out[k]:.6g}): pass log=True"
+                )
+            out[k] = np.exp(out[k])
+    return float(out[0]) if x.ndim == 2 else out
+
+
+def _log_energy(x, beta, w):
+    """log E_beta of one frame, block by block: log sum w_i w_j e^{beta <x_i, x_j> - M} + M -
+    log(2 beta), M the largest exponent (its blocks' maxima, updated as they come)."""
+    shift, total = -np.inf, 0.0
+    for rows in _row_blocks(x.shape[0]):
+        e = beta * (x[rows] @ x.T)
+        top = float(e.max())
+        if top > shift:
+            total *= math.exp(shift - top) if np.isfinite(shift) else 0.0
+            shift = top
+        total += float(w[rows] @ np.exp(e - shift) @ w)
+    return math.log(total) + shift - math.log(2.0 * beta)
 
 
 def diameter(points: ArrayLike) -> float | np.ndarray:
@@ -100,6 +258,17 @@ def diameter(points: ArrayLike) -> float | np.ndarray:
     -------
     float, or ndarray of shape (T,)
 
+    Notes
+    -----
+    Computed on the points divided by a power of two near their largest entry (exact), so
+    that 1e200 does not overflow; beyond ``_DENSE_PAIRS`` pairs block by block (the Gram form,
+    then the candidate pairs again by differences), memory bounded; at most ``MAX_TOKENS``.
+
+    Raises
+    ------
+    ValueError
+        The diameter exceeds the largest float64.
+
     Examples
     --------
     >>> import tpde_lib as tp
@@ -107,21 +276,41 @@ def diameter(points: ArrayLike) -> float | np.ndarray:
     2.0
     """
     x = _points("points", points)
-    diff = x[..., :, None, :] - x[..., None, :, :]
-    out = np.sqrt((diff**2).sum(axis=-1)).max(axis=(-2, -1))
-    return float(out) if x.ndim == 2 else out
+    _check_tokens(x)
+    frames = x[None] if x.ndim == 2 else x
+    out = np.empty(frames.shape[0])
+    for k, frame in enumerate(frames):
+        s = unit_scale(frame)
+        u = frame / s  # exact: no overflow in the squares
+        if u.shape[0] ** 2 <= _DENSE_PAIRS:
+            diff = u[:, None, :] - u[None, :, :]
+            top = np.sqrt((diff**2).sum(axis=-1)).max()
+        else:
+            top = _blocked_diameter(u)
+        with np.errstate(over="ignore"):
+            out[k] = top * s
+        if not np.isfinite(out[k]):
+            raise ValueError(f"diameter of points exceeds float64 ({top:.6g} x {s:.6g})")
+    return float(out[0]) if x.ndim == 2 else out
 
 
-def _components(close):
-    """Number of connected components of the graph with adjacency ``close`` (n, n) bool."""
-    n = close.shape[0]
-    label = np.arange(n)
-    while True:  # min-label propagation: at most n rounds, each a vectorised pass
-        new = np.where(close, label[None, :], n).min(axis=1)
-        new = np.minimum(new, label)
-        if np.array_equal(new, label):
-            return int(np.unique(label).size)
-        label = new[new]  # pointer jumping: labels travel along chains quickly
+def _blocked_diameter(u):
+    """Largest distance of the rows of ``u`` (max |entry| < 2), block by block: the Gram form
+    bounds every distance within its round-off; the pairs that may be the largest are measured
+    again by differences."""
+    u = u - u.mean(axis=0)
+    sq = np.einsum("ij,ij->i", u, u)
+    best = 0.0
+    for rows in _row_blocks(u.shape[0]):  # a lower bound of the largest squared distance
+        d2, err = _gram_d2(u, sq, rows)
+        best = max(best, float((d2 - err).max()))
+    top = 0.0
+    for rows in _row_blocks(u.shape[0]):
+        d2, err = _gram_d2(u, sq, rows)
+        bi, bj = np.nonzero(d2 + err >= best)
+        if bi.size:
+            top = max(top, float(_exact_d2(u, bi + rows.start, bj).max()))
+    return math.sqrt(top)
 
 
 def count_clusters(points: ArrayLike, resolution: float) -> int | np.ndarray:
@@ -142,6 +331,13 @@ def count_clusters(points: ArrayLike, resolution: float) -> int | np.ndarray:
     -------
     int, or ndarray of int of shape (T,)
 
+    Notes
+    -----
+    Distances are compared with ``resolution`` exactly: by the Gram form block by block
+    (memory bounded, at most ``MAX_TOKENS`` tokens), and, where its round-off could decide,
+    again by differences (no cancellation, no unit norms assumed: two tokens 1e-8 apart at
+    1e8 from the origin, or two unit vectors 1e-8 apart at ``resolution`` 1e-9, stay apart).
+
     Examples
     --------
     Two groups on the circle, 0.01 apart inside and 1.4 apart between them:
@@ -154,12 +350,9 @@ def count_clusters(points: ArrayLike, resolution: float) -> int | np.ndarray:
     """
     x = _points("points", points)
     r = as_positive("resolution", resolution)
+    _check_tokens(x)
     frames = x[None] if x.ndim == 2 else x
-    counts = []
-    for frame in frames:
-        sq = np.einsum("id,id->i", frame, frame)
-        dist2 = sq[:, None] + sq[None, :] - 2.0 * frame @ frame.T
-        counts.append(_components(dist2 <= r * r))
+    counts = [_frame_clusters(frame, r) for frame in frames]
     return counts[0] if x.ndim == 2 else np.array(counts)
 
 
@@ -238,7 +431,7 @@ def _two_cluster_speed(theta, beta, m1):
     return np.sin(theta) * q * (m2 / (m1 + m2 * q) + m1 / (m2 + m1 * q))
 
 
-def two_cluster_time(beta: float, theta0: float, theta1: float, m1: float = 0.5) -> float:
+def two_cluster_time(beta: float, theta0: float, theta1: float, m1: float = 0.5, log: bool = False) -> float:
     r"""Time two point clusters on the sphere take to close from angle :math:`\theta_0` to
     :math:`\theta_1` (:eq:`eq-two-clusters`, derived in the appendix).
 
@@ -250,7 +443,10 @@ def two_cluster_time(beta: float, theta0: float, theta1: float, m1: float = 0.5)
         \qquad q = e^{-\beta(1 - \cos\theta)},
 
     so the time is :math:`\int_{\theta_1}^{\theta_0} d\theta / |\dot\theta|`, computed here by
-    adaptive quadrature. For large :math:`\beta` it grows like
+    adaptive quadrature in :math:`u = \log\tan(\theta/2)` (:math:`du = d\theta/\sin\theta`:
+    the integrand :math:`e^{\beta(1-\cos\theta)}/h` is bounded, so :math:`\theta_1 = 10^{-300}`
+    is as easy as 0.1), its exponential factored out as :math:`e^{\beta(1 - \cos\theta_0)}`
+    (log domain). For large :math:`\beta` it grows like
     :math:`e^{\beta(1-\cos\theta_0)}/\beta`: the plateau is exponentially long in :math:`\beta`.
 
     Parameters
@@ -261,10 +457,17 @@ def two_cluster_time(beta: float, theta0: float, theta1: float, m1: float = 0.5)
         Angles with :math:`0 < \theta_1 < \theta_0 < \pi`.
     m1 : float
         Mass of the first cluster, in (0, 1).
+    log : bool
+        Return the logarithm of the time (finite where the time exceeds float64).
 
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        The time exceeds the largest float64 (pass ``log=True``), or an argument out of range.
 
     Examples
     --------
@@ -281,14 +484,38 @@ def two_cluster_time(beta: float, theta0: float, theta1: float, m1: float = 0.5)
     beta = as_positive("beta", beta)
     theta0, theta1 = as_positive("theta0", theta0), as_positive("theta1", theta1)
     m1 = as_positive("m1", m1)
+    log = as_flag("log", log)
     if not theta1 < theta0 < math.pi:
         raise ValueError(f"need 0 < theta1 < theta0 < pi, got theta1={theta1:g}, theta0={theta0:g}")
     if not m1 < 1:
         raise ValueError(f"m1 must be in (0, 1), got {m1:g}")
-    value, _ = quad(
-        lambda th: 1.0 / _two_cluster_speed(th, beta, m1), theta1, theta0, epsabs=0, epsrel=1e-12, limit=200
-    )
-    return float(value)
+    m2 = 1.0 - m1
+
+    def gap(theta):  # 1 - cos(theta), without cancellation at small angles
+        return 2.0 * math.sin(0.5 * theta) ** 2
+
+    top = beta * gap(theta0)  # the largest exponent, at theta0
+
+    def integrand(u):  # e^{beta (1 - cos) - top} / h, h the bracket of the speed
+        theta = 2.0 * math.atan(math.exp(u))
+        e = beta * gap(theta)
+        q = math.exp(-e)
+        return math.exp(e - top) / (m2 / (m1 + m2 * q) + m1 / (m2 + m1 * q))
+
+    u0, u1 = math.log(math.tan(0.5 * theta0)), math.log(math.tan(0.5 * theta1))
+    # the integrand rises over the last ~1/(beta sin^2 theta0) of [u1, u0]: a break there
+    width = min(u0 - u1, 50.0 / max(beta * math.sin(theta0) ** 2, 1e-300))
+    points = [u0 - width] if u1 < u0 - width else None
+    value, _ = quad(integrand, u1, u0, epsabs=0, epsrel=1e-12, limit=400, points=points)
+    log_time = math.log(value) + top
+    if log:
+        return log_time
+    if log_time > math.log(np.finfo(float).max):
+        raise ValueError(
+            f"two_cluster_time exceeds float64 at beta={beta:g} (log of the time {log_time:.6g}): "
+            "pass log=True"
+        )
+    return float(value * math.exp(top)) if top < 700 else math.exp(log_time)
 
 
 def sample_caps(centres: ArrayLike, counts: ArrayLike, spread: float, seed: int = 0) -> np.ndarray:
@@ -323,6 +550,10 @@ def sample_caps(centres: ArrayLike, counts: ArrayLike, spread: float, seed: int 
     2
     """
     c = as_float_array("centres", centres, ndim=2)
+    c = c / np.array([unit_scale(row) for row in c])[:, None]  # exact: no overflow below
+    zero = np.flatnonzero(~np.any(c, axis=1))
+    if zero.size:
+        raise ValueError(f"centres must be non-zero vectors (a direction each), row {int(zero[0])} is zero")
     sizes = [
         as_count(f"counts[{i}]", int(k) if isinstance(k, np.integer) else k) for i, k in enumerate(counts)
     ]

@@ -13,7 +13,7 @@ import html
 import io
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -146,6 +146,11 @@ def _check_controls(controls, twin=None, twin_values=()):
         return []
     if twin not in controls:
         raise ValueError(f"twin must name one of the controls {sorted(controls)}, got {twin!r}")
+    if isinstance(twin_values, (str, bytes)) or not isinstance(twin_values, Iterable):
+        raise TypeError(
+            f"twin_values must be a sequence of values of {twin!r} (e.g. [0.5, 1.0, 2.0]), "
+            f"got {type(twin_values).__name__} {twin_values!r:.40}"
+        )
     values = list(twin_values)
     if not values:
         raise ValueError("twin_values must contain at least one value")

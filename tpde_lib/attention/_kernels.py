@@ -409,6 +409,10 @@ def kernel_sums(
     _check_2d("values", values)
     if values.shape[0] != keys.shape[0]:
         raise ValueError(f"values must have one row per key ({keys.shape[0]}), got shape {values.shape}")
+    for name, arr in (("queries", queries), ("keys", keys), ("values", values)):
+        if not np.isfinite(arr).all():  # NaN keys gave NaN sums, silently
+            bad = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+            raise ValueError(f"{name} contains NaN or infinite values (first at index {bad})")
     if not (callable(kind) or kind in KERNELS):
         raise ValueError(f"kind must be one of {KERNELS} or a callable, got {kind!r}")
     if (q_pos is None) != (k_pos is None):

@@ -567,7 +567,7 @@ def _potentials(points, weights, A, eps, tol, max_iter, g0, omega0, hessian=None
         f, g, log = out[:3]
         # potentials far beyond the scores' span (a warm start of +-1e300) hide the scores in
         # their round-off, and the solver's own violation cannot see it: a cold solve instead
-        bound = max(_GAUGE, 4.0 * (log["span"] + float(np.abs(np.log(weights)).max())))
+        bound = 2.0 * _GAUGE + 4.0 * (log["span"] + float(np.abs(np.log(weights)).max()))
         if log["converged"] and max(np.abs(f).max(), np.abs(g).max()) <= bound:
             log["warm_fallback"] = False
             return out

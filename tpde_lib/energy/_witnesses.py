@@ -22,6 +22,7 @@ from .._checks import (
     as_finite,
     as_float_array,
     as_instance,
+    as_nonsingular,
     as_positive,
     as_square,
     checked_result,
@@ -238,7 +239,10 @@ def symmetry_defect(J: ArrayLike, weights: ArrayLike, mobility_matrix: ArrayLike
     Pinv = (
         np.eye(d)
         if mobility_matrix is None
-        else np.linalg.inv(as_square("mobility_matrix", mobility_matrix, d))
+        # a singular P has no inverse: ValueError naming it (numpy: "Singular matrix")
+        else np.linalg.inv(
+            as_nonsingular("mobility_matrix", as_square("mobility_matrix", mobility_matrix, d))
+        )
     )
     S = np.kron(np.diag(w), Pinv) @ J
     norm = np.linalg.norm(S)

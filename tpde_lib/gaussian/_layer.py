@@ -19,6 +19,10 @@ from .._linalg import numerical_rank
 from ._closed_forms import _ROUNDOFF, _unwhiten, _whitened
 
 
+class _OverBudget(Exception):
+    """Raised inside :func:`steer_covariance`'s ODE solves when ``max_evals`` is spent."""
+
+
 def _gain(w, t):
     """g(t) = (1 - e^{-2wt}) / (2w), and t at w = 0 (computed without cancellation)."""
     return t if w == 0 else -np.expm1(-2.0 * w * t) / (2.0 * w)
@@ -65,9 +69,14 @@ def layer_blowup_time(cov0: ArrayLike, A: ArrayLike, w: float, v: float = 1.0) -
     A = as_square("A", A, cov0.shape[0])
     w, v = as_finite("w", w), as_finite("v", v)
     _, p, _ = _whitened(cov0, A)
-    p = v * p
+    with np.errstate(over="ignore"):
+        p = v * p
     top = float(p.max())
-    if top <= max(0.0, -2.0 * w) + _ROUNDOFF * max(1.0, float(np.abs(p).max())):
+    if top == np.inf:
+        # v p beyond float64 (v = 1e300, A = 1e300 I): t* <= 1/p underflows, the blow-up is
+        # immediate to float64 precision (never "no blow-up")
+        return 0.0
+    if top <= max(0.0, -2.0 * w) + _ROUNDOFF * max(1.0, float(np.abs(p[np.isfinite(p)]).max(initial=0.0))):
         return float("inf")
     return 1.0 / top if w == 0 else float(np.log1p(2.0 * w / top) / (2.0 * w))
 
@@ -121,13 +130,25 @@ def layer_closed_form(
         raise ValueError(f"times must be >= 0 (measured from the initial time), got min {times.min():g}")
     R, p, U = _whitened(cov0, A)
     p = v * p
-    denom = np.exp(-2.0 * w * times)[:, None] - p[None, :] * _gain(w, times)[:, None]
+    if w < 0 and -2.0 * w * float(times.max()) > 700.0:
+        # e^{-2wt} overflows (w = -400): numerator and denominator times e^{2wt}, i.e.
+        # 1 / (e^{-2wt} - p g) = e^{2wt} / (1 - p expm1(2wt) / (2w)), same sign, no overflow
+        grow = np.exp(2.0 * w * times)[:, None]
+        denom = 1.0 - p[None, :] * (np.expm1(2.0 * w * times) / (2.0 * w))[:, None]
+        scale = grow
+    else:
+        denom = np.exp(-2.0 * w * times)[:, None] - p[None, :] * _gain(w, times)[:, None]
+        scale = None
+    if not np.all(np.isfinite(denom)):
+        raise ValueError(
+            f"layer_closed_form: the covariance exceeds float64 range at these times (w={w:g}, v={v:g})"
+        )
     if np.any(denom <= 0):
         raise ValueError(
             f"times reach the blow-up time t* = {layer_blowup_time(cov0, A, w, v):.6g}"
             f" (largest time {times.max():.6g})"
         )
-    return _unwhiten(R, U, 1.0 / denom)
+    return _unwhiten(R, U, 1.0 / denom if scale is None else scale / denom)
 
 
 def layer_equilibrium(A: ArrayLike, w: float, v: float = 1.0) -> NDArray[np.float64]:
@@ -180,6 +201,7 @@ def steer_covariance(
     mean0: ArrayLike | None = None,
     tol: float = 1e-7,
     seed: int = 0,
+    max_evals: int = 500_000,
 ) -> NDArray[np.float64]:
     r"""A piecewise-constant feed-forward :math:`W(t)` that steers the covariance to ``target``.
 
@@ -211,6 +233,11 @@ def steer_covariance(
         :math:`\max|\text{target}|`.
     seed : int
         Seed of the random start of the least-squares iteration (``np.random.default_rng``).
+    max_evals : int
+        Budget of evaluations of the closure's right-hand side over the whole search (the
+        work of the ODE solves): past it the search stops with ``ValueError`` (a stiff
+        target such as ``1e6 * I`` otherwise ran for minutes). The chapter's four pieces in
+        d = 2 use about 100 000.
 
     Returns
     -------
@@ -243,6 +270,7 @@ def steer_covariance(
     pieces = as_count("pieces", pieces)
     tol = as_positive("tol", tol)
     seed = as_seed("seed", seed)
+    max_evals = as_count("max_evals", max_evals)
     try:
         closure = attention.batched_closure()
     except (AttributeError, NotImplementedError) as err:
@@ -267,6 +295,9 @@ def steer_covariance(
             W = Ws[k]
 
             def rhs(t, y, W=W):
+                evals[0] += 1
+                if evals[0] > max_evals:
+                    raise _OverBudget
                 m, c = y[:d], y[d:].reshape(d, d)
                 dm, dc = closure.rhs(*closure.params(t), m, c)
                 WS = W @ c
@@ -288,11 +319,18 @@ def steer_covariance(
 
     rng = np.random.default_rng(seed)
     x0 = 0.1 * rng.standard_normal(pieces * d * d)
-    fit = least_squares(residual, x0, method="trf", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=400)
-    # polish without the penalty: the equations alone, from the penalised solution
-    fit = least_squares(lambda x: residual(x)[: iu[0].size], fit.x, method="trf", xtol=1e-15, ftol=1e-15)
-    Ws = fit.x.reshape(pieces, d, d)
-    S = final(Ws)
+    evals = [0]
+    try:
+        fit = least_squares(residual, x0, method="trf", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=400)
+        # polish without the penalty: the equations alone, from the penalised solution
+        fit = least_squares(lambda x: residual(x)[: iu[0].size], fit.x, method="trf", xtol=1e-15, ftol=1e-15)
+        Ws = fit.x.reshape(pieces, d, d)
+        S = final(Ws)
+    except _OverBudget:
+        raise ValueError(
+            f"steer_covariance did not reach the target within max_evals={max_evals} evaluations "
+            "of the closure (raise max_evals, T or pieces, or a target closer to cov0)"
+        ) from None
     miss = np.inf if S is None else float(np.abs(S - target).max() / scale)
     if not miss <= tol:
         raise ValueError(

@@ -87,8 +87,9 @@ class HistogramSetting:
 def histogram_setting(variant: str, V_kind: str, d: int, n_per_dim: int = 100) -> HistogramSetting:
     r"""The authors' parameters for one histogram panel, with their legacy draws.
 
-    Legacy global-generator draws on purpose (they reproduce the authors' matrices; the global
-    state is restored afterwards): ``np.random.seed(40)`` then ``Q = randn(d//2, d)`` for
+    Legacy draws on purpose (they reproduce the authors' matrices), from a private
+    ``np.random.RandomState``, the stream of the authors' global generator, which is neither
+    used nor changed: ``np.random.seed(40)`` then ``Q = randn(d//2, d)`` for
     ``d = 3`` (100 times), ``4`` (100), ``5`` (100), in that order; ``K = -Q``. For ``V_kind =
     "random"``: ``np.random.seed(26)`` (softmax) or ``27`` (ℓ²), then ``B = randn(d, d)`` in the
     same order over all 300 draws and ``V = B^T B``.
@@ -130,15 +131,12 @@ def histogram_setting(variant: str, V_kind: str, d: int, n_per_dim: int = 100) -
     d = as_count("d", d, 3, 5)
     n_per_dim = as_count("n_per_dim", n_per_dim, 1, 100)
     j = dims.index(d)
-    state = np.random.get_state()  # noqa: NPY002 (authors' legacy stream)
-    try:
-        np.random.seed(40)  # noqa: NPY002 (authors' legacy stream)
-        Qs = [np.random.randn(dd // 2, dd) for dd in np.repeat(dims, 100)]  # noqa: NPY002
-        if V_kind == "random":
-            np.random.seed(26 if variant == "softmax" else 27)  # noqa: NPY002
-            Bs = [np.random.randn(dd, dd) for dd in np.repeat(dims, 100)]  # noqa: NPY002
-    finally:
-        np.random.set_state(state)  # noqa: NPY002 (authors' legacy stream)
+    # a private legacy generator: the stream of np.random.seed, the global one untouched
+    rs = np.random.RandomState(40)  # noqa: NPY002 (authors' legacy stream)
+    Qs = [rs.randn(dd // 2, dd) for dd in np.repeat(dims, 100)]
+    if V_kind == "random":
+        rs.seed(26 if variant == "softmax" else 27)
+        Bs = [rs.randn(dd, dd) for dd in np.repeat(dims, 100)]
     sel = slice(100 * j, 100 * j + n_per_dim)
     Q = np.stack(Qs[sel])
     if V_kind == "random":
@@ -157,12 +155,17 @@ def histogram_setting(variant: str, V_kind: str, d: int, n_per_dim: int = 100) -
     )
 
 
+#: most numbers histogram_inits returns at once (1 GiB of float64)
+_MAX_INIT_ENTRIES = 1 << 27
+
+
 def histogram_inits(d: int, n: int, seed: int = 41) -> np.ndarray:
     r"""The authors' initial covariances :math:`\Sigma_0 = G G^\top`, ``G = randn(d, d)``.
 
     ``create_histograms`` calls ``np.random.seed(41)`` at the start of each dimension and draws
-    one ``G`` per attempt; the ``i``-th attempt uses the ``i``-th matrix. Legacy global-generator
-    draws on purpose (reproduction of the authors' stream; the global state is restored).
+    one ``G`` per attempt; the ``i``-th attempt uses the ``i``-th matrix. Legacy draws on
+    purpose (the authors' stream), from a private ``np.random.RandomState``: the global
+    generator is neither used nor changed, so threads may call this at once.
 
     Parameters
     ----------
@@ -194,12 +197,13 @@ def histogram_inits(d: int, n: int, seed: int = 41) -> np.ndarray:
     d = as_count("d", d, 1)
     n = as_count("n", n, 1)
     seed = as_seed("seed", seed)
-    state = np.random.get_state()  # noqa: NPY002 (authors' legacy stream)
-    try:
-        np.random.seed(seed)  # noqa: NPY002 (authors' legacy stream)
-        G = np.stack([np.random.randn(d, d) for _ in range(n)])  # noqa: NPY002
-    finally:
-        np.random.set_state(state)  # noqa: NPY002 (authors' legacy stream)
+    if n * d * d > _MAX_INIT_ENTRIES:
+        raise ValueError(
+            f"histogram_inits(d={d}, n={n}) would hold {n * d * d} numbers, more than the "
+            f"{_MAX_INIT_ENTRIES} (1 GiB) allowed: draw fewer initial conditions"
+        )
+    rs = np.random.RandomState(seed)  # noqa: NPY002 (private legacy stream; global untouched)
+    G = np.stack([rs.randn(d, d) for _ in range(n)])
     return G @ np.swapaxes(G, -1, -2)
 
 
@@ -314,6 +318,28 @@ def _covariance_only(rhs_fn, P):
     return None
 
 
+class _LazyInits:
+    """:func:`histogram_inits` ``(d, n_max)`` drawn as far as asked, in doubling chunks: the same
+    matrices (the same stream, drawn in the same order), without drawing ``n_max`` = 10^8
+    initial conditions up front when a few are used."""
+
+    def __init__(self, d, n_max, seed=41):
+        self.d, self.n_max = d, n_max
+        self.rs = np.random.RandomState(seed)  # noqa: NPY002 (private legacy stream)
+        self.S = np.empty((0, d, d))
+
+    def __getitem__(self, ks):
+        ks = list(ks)
+        need = max(ks, default=-1) + 1
+        if need > self.n_max:
+            raise IndexError(f"initial condition {need - 1} beyond the n_max = {self.n_max} available")
+        if need > len(self.S):
+            more = min(self.n_max, max(need, 2 * len(self.S), 64)) - len(self.S)
+            G = np.stack([self.rs.randn(self.d, self.d) for _ in range(more)])
+            self.S = np.concatenate([self.S, G @ np.swapaxes(G, -1, -2)])
+        return self.S[ks]
+
+
 class _Protocol:
     """The authors' sequential protocol, run on a batch of runs in flight (see
     :func:`paper_histogram_ranks`).
@@ -326,7 +352,7 @@ class _Protocol:
     def __init__(self, setting, n, n_max, max_iter, window):
         s = setting
         self.s, self.n, self.n_max, self.max_iter, self.window = s, n, n_max, max_iter, window
-        self.inits = histogram_inits(s.d, n_max)
+        self.inits = _LazyInits(s.d, n_max)  # drawn as the attempts reach them
         closures = [a.batched_closure() for a in s.attentions()[:n]]
         self.rhs_fn = closures[0].rhs
         per_draw = [tuple(np.asarray(p, dtype=float) for p in cl.params(0.0)) for cl in closures]
@@ -733,9 +759,12 @@ def paired_ranks(euler_eigenvalues: ArrayLike, limits: ArrayLike, tol_rank: floa
     Parameters
     ----------
     euler_eigenvalues : array_like, shape (m, d)
-        Eigenvalues of the converged Euler iterates (e.g. ``CachedPanel.eigenvalues``).
+        Eigenvalues of the converged Euler iterates (e.g. ``CachedPanel.eigenvalues``), in
+        any order.
     limits : array_like, shape (m, d, d)
-        Accurate limits of the same draws from the same initial conditions.
+        Accurate limits of the same draws from the same initial conditions: symmetric positive
+        semi-definite (eigenvalues down to ``-1e-8`` times the largest; ``ValueError``
+        otherwise).
     tol_rank : float
 
     Returns
@@ -748,9 +777,18 @@ def paired_ranks(euler_eigenvalues: ArrayLike, limits: ArrayLike, tol_rank: floa
         raise ValueError("limits must be symmetric matrices (covariances)")
     tol_rank = as_positive("tol_rank", tol_rank)
     lam_x = np.linalg.eigvalsh(cov)
+    floor = -1e-8 * np.maximum(1.0, np.abs(lam_x).max(axis=1))
+    bad = np.flatnonzero(lam_x[:, 0] < floor)
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(
+            f"limits must be positive semi-definite (covariances); limits[{k}] has the "
+            f"eigenvalue {lam_x[k, 0]:.3g}"
+        )
     exact = np.sum(lam_x > 1e-8 * np.maximum(1.0, lam_x[:, -1:]), axis=1)
     thr = np.sum(lam_x > tol_rank, axis=1)
     eul = np.sum(lam_e > tol_rank, axis=1)
     clipped = np.sum(lam_e < 1e-10, axis=1) > lam_x.shape[1] - exact
     reason = np.where(eul == thr, "same", np.where(clipped, "clipped", "drift"))
-    return PairedRanks(exact, thr, eul, reason, lam_e[:, -1] / lam_x[:, -1])
+    # the largest of each row, in whatever order the eigenvalues were given
+    return PairedRanks(exact, thr, eul, reason, lam_e.max(axis=1) / lam_x[:, -1])

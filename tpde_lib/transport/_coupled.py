@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_weights
+from .._checks import as_weights, unit_scale
 from ..measures import Empirical
 
 #: quantile levels closer than this are one cut (masses are probabilities, rounded to ~1e-16)
@@ -131,11 +131,23 @@ def coupled_wasserstein(mu, nu, p=2.0):
     if not p >= 1.0:
         raise ValueError(f"p must be >= 1 (or np.inf), got {p!r}")
     mass, i, j = position_quantile_pieces(w_mu, w_nu)
-    gap = np.linalg.norm(x_mu[i] - x_nu[j], axis=1)
+    # values divided by a power of two near their largest entry (exact): gaps of 1e200 do not
+    # overflow in the norm's squares (NaN before), nor gaps of 1e-200 underflow (0 before)
+    scale = unit_scale(x_mu, x_nu)
+    gap = np.linalg.norm(x_mu[i] / scale - x_nu[j] / scale, axis=1)
     if np.isinf(p):
-        return float(gap[mass > 0].max())
+        return _unscaled(float(gap[mass > 0].max()), scale)
     top = gap.max()
     if top == 0.0:
         return 0.0
     with np.errstate(under="ignore"):
-        return float(top * np.sum(mass * (gap / top) ** p) ** (1.0 / p))
+        return _unscaled(float(top * np.sum(mass * (gap / top) ** p) ** (1.0 / p)), scale)
+
+
+def _unscaled(value, scale):
+    """``value * scale``, ValueError if beyond float64."""
+    with np.errstate(over="ignore"):
+        out = value * scale
+    if not np.isfinite(out):
+        raise ValueError(f"coupled_wasserstein exceeds float64 ({value:.6g} x {scale:.6g})")
+    return float(out)

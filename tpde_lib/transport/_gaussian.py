@@ -91,7 +91,8 @@ def bures_wasserstein_geodesic(
     g0, g1 : Gaussian
         ``g0`` with positive definite covariance.
     s : array_like, shape (k,)
-        Interpolation times.
+        Interpolation times, in [0, 1] (``ValueError`` otherwise: beyond its ends the formula
+        is not the geodesic, e.g. it is not length-minimising at s = 2).
 
     Returns
     -------
@@ -100,6 +101,10 @@ def bures_wasserstein_geodesic(
     """
     _check_gaussians(g0, g1)
     s = _as_float_array("s", s, ndim=1)
+    outside = s[(s < 0.0) | (s > 1.0)]
+    if outside.size:
+        # beyond [0, 1] the formula extrapolates: a curve, not a point of the geodesic
+        raise ValueError(f"s must lie in [0, 1] (the geodesic from g0 to g1), got {float(outside[0])!r}")
     T = bures_wasserstein_map(g0.cov, g1.cov)
     L = (1.0 - s)[:, None, None] * np.eye(g0.d) + s[:, None, None] * T
     covs = L @ g0.cov @ L

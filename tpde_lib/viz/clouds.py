@@ -177,6 +177,24 @@ def common_limits(
     return centre - r, centre + r
 
 
+def _limits_choice(limits):
+    """``"shared"``, ``"own"`` or ``"given"`` (a pair (lo, hi) of finite (x, y) corners with
+    lo < hi), else ValueError naming ``limits`` and what it may be."""
+    if isinstance(limits, str):
+        if limits in ("shared", "own"):
+            return limits
+        raise ValueError(f"limits must be 'shared', 'own' or (lo, hi) corners, got {limits!r:.40}")
+    try:
+        lo, hi = (as_float_array("limits", c, shape=(2,)) for c in limits)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"limits must be 'shared', 'own' or (lo, hi), two (x, y) corners, got {limits!r:.60} ({exc})"
+        ) from None
+    if not np.all(lo < hi):
+        raise ValueError(f"limits must have lo < hi in x and y, got lo={lo.tolist()}, hi={hi.tolist()}")
+    return "given"
+
+
 def cloud_panels(
     fig: Figure,
     trajs: Mapping[str, object] | Sequence,
@@ -200,6 +218,7 @@ def cloud_panels(
         Draw the paths up to ``k``.
     ncols : int, optional
     limits : "shared", "own" or (lo, hi)
+        ``lo`` and ``hi`` the (x, y) corners, finite with ``lo < hi`` (``ValueError`` else).
     colour_by : array_like (n,), optional
         Default: the initial polar angle of the first trajectory.
 
@@ -220,7 +239,7 @@ def cloud_panels(
     ncols = len(trajs) if ncols is None else as_count("ncols", ncols)
     nrows = int(np.ceil(len(trajs) / ncols))
     colours = initial_angle(trajs[0]) if colour_by is None else colour_by
-    lims = common_limits(trajs) if limits == "shared" else limits
+    lims = common_limits(trajs) if _limits_choice(limits) == "shared" else limits
     axes = []
     for i, (tr, title) in enumerate(zip(trajs, titles)):
         ax = fig.add_subplot(nrows, ncols, i + 1)

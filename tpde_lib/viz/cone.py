@@ -216,6 +216,17 @@ def plot_rank_histograms(
     missing = [(r, d) for r in rows for d in dims if (r, d) not in ranks]
     if len(missing) == len(rows) * len(dims):
         raise ValueError(f"ranks has none of the (row, d) keys asked for, e.g. {missing[0]!r}")
+    for (row, d), values in ranks.items():
+        if (row in rows and d in dims) and isinstance(values, (str, bytes)):
+            raise TypeError(f"ranks[{(row, d)!r}] must be a sequence of int ranks, got {values!r:.40}")
+        if row in rows and d in dims:
+            arr = np.asarray(list(values))
+            if arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0 or arr.max() > d):
+                # a histogram over 0..d would drop them silently
+                raise ValueError(
+                    f"ranks[{(row, d)!r}] must hold integers in 0..{d} (ranks of {d} x {d} "
+                    f"matrices), got {arr.tolist()!r:.80}"
+                )
     axes = fig.subplots(len(rows), len(dims), squeeze=False)
     for i, row in enumerate(rows):
         for j, d in enumerate(dims):

@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import numpy as np
-
-from .._checks import as_count
+from .._checks import as_count, as_positive
 
 __all__ = ["COLUMN_INCHES", "DPI", "PALETTE", "RC", "book_style", "use_book_style", "subplots"]
 
@@ -152,14 +150,18 @@ def subplots(n: int, *, max_cols: int = 3, panel_height: float = 2.6, width: flo
 
     n = as_count("n", n)
     max_cols = as_count("max_cols", max_cols)
-    if not (np.isfinite(panel_height) and panel_height > 0):
-        raise ValueError(f"panel_height must be a positive number of inches, got {panel_height!r}")
-    if not (np.isfinite(width) and 0 < width <= COLUMN_INCHES + 1e-9):
+    panel_height = as_positive("panel_height", panel_height)  # inches; '2' is a TypeError
+    width = as_positive("width", width)
+    if not width <= COLUMN_INCHES + 1e-9:
         raise ValueError(f"width must be in (0, {COLUMN_INCHES}] inches (the column), got {width!r}")
     cols = min(n, max_cols)
     rows = -(-n // cols)
     fig = plt.figure(figsize=(width, panel_height * rows))
-    grid = fig.subplots(rows, cols, squeeze=False, **kwargs)
+    try:
+        grid = fig.subplots(rows, cols, squeeze=False, **kwargs)
+    except BaseException:
+        plt.close(fig)  # a bad keyword leaves no figure open behind the error
+        raise
     axes = list(grid.ravel())
     for ax in axes[n:]:
         ax.remove()

@@ -545,8 +545,8 @@ def sliced_gaussian_gap(points: ArrayLike, directions: int = 64, seed: int = 0) 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> gauss = sliced_gaussian_gap(rng.standard_normal((400, 8)))
-    >>> cube = sliced_gaussian_gap(np.sign(rng.standard_normal((400, 8))))
-    >>> bool(gauss < 0.1 < cube)
+    >>> two = 5.0 * np.sign(rng.standard_normal((400, 1))) + rng.standard_normal((400, 8))
+    >>> bool(gauss < 0.1 < 0.2 < sliced_gaussian_gap(two))
     True
     """
     from scipy.special import ndtri

@@ -231,3 +231,20 @@ def test_sliced_gaussian_gap():
         tt.sliced_gaussian_gap(np.ones((5, 3)))
     with pytest.raises(ValueError, match="directions"):
         tt.sliced_gaussian_gap(g, directions=0)
+
+
+def test_sliced_gap_directions_not_the_callers_stream():
+    """Directions drawn from default_rng(seed) would be rows of a sample the caller drew with
+    the same seed: those rows would stand out along their own directions."""
+    x = np.random.default_rng(0).standard_normal((256, 64))
+    assert tt.sliced_gaussian_gap(x, seed=0) < 0.12
+
+
+def test_covariance_rates(enc):
+    layer = enc.layers[5]
+    rng = np.random.default_rng(4)
+    G = rng.standard_normal((384, 50))
+    S = G @ G.T / 50
+    A, V = layer.score_matrices(), layer.value_matrices()
+    dense = np.array([2 * np.trace(V[h] @ S @ A[h] @ S) for h in range(12)])
+    assert np.allclose(layer.covariance_rates(S), dense, rtol=1e-10, atol=0)

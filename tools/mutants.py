@@ -947,6 +947,48 @@ MUTANTS = [
         "earlier = np.arange(k) if strong else np.asarray(centres[-1:])",
         "12_causal_attention",
     ),
+    # ---- a trained Transformer (chapter 11: the model's own attention against the PDE's
+    # multi-head field, the heads' inertia, the Gaussian gap against its sampling floor) -----
+    M(
+        "trained-multihead-no-query-bias",
+        "homogeneous MultiHead of a trained layer without the query bias column",
+        "trained.py",
+        "np.hstack([Q[h], bq[h]])",
+        "np.hstack([Q[h], 0.0 * bq[h]])",
+        "11_trained_transformer",
+    ),
+    M(
+        "trained-multihead-no-value-bias",
+        "homogeneous MultiHead without the value bias's constant W^O_h b^V_h",
+        "trained.py",
+        "Vt[: self.d, self.d] = offsets[h] + self.output_bias / self.heads",
+        "Vt[: self.d, self.d] = self.output_bias / self.heads",
+        "11_trained_transformer",
+    ),
+    M(
+        "trained-attention-no-sqrt-k",
+        "the model's attention scores without the 1/sqrt(k) scaling",
+        "trained.py",
+        "s = q @ np.swapaxes(kk, 1, 2) / np.sqrt(k)  # (H, n queries, n keys)",
+        "s = q @ np.swapaxes(kk, 1, 2)  # (H, n queries, n keys)",
+        "11_trained_transformer",
+    ),
+    M(
+        "trained-spectra-J-identity",
+        "eigenvalues of V_hA_h + A_h^T V_h^T from [U B][U B]^T (J = I)",
+        "trained.py",
+        "J = np.block([[np.zeros((k, k)), np.eye(k)], [np.eye(k), np.zeros((k, k))]])",
+        "J = np.eye(2 * k)",
+        "11_trained_transformer",
+    ),
+    M(
+        "trained-gap-not-standardised",
+        "Gaussian gap of the projections without dividing by their standard deviation",
+        "trained.py",
+        "z = np.sort(z / sd, axis=0)",
+        "z = np.sort(z, axis=0)",
+        "11_trained_transformer",
+    ),
     # ---- NEW_MUTANTS_END
 ]
 

@@ -199,6 +199,20 @@ class EncoderLayer:
         M = R @ J @ np.swapaxes(R, 1, 2)
         return np.linalg.eigvalsh(0.5 * (M + np.swapaxes(M, 1, 2)))
 
+    def covariance_rates(self, cov: ArrayLike) -> NDArray[np.float64]:
+        r""":math:`\frac{d}{dt}\operatorname{tr}\Sigma = 2\operatorname{tr}(V_h\Sigma A_h\Sigma)`
+        for each head alone, (heads,): the Gaussian closure's initial rate at ``cov`` (d, d).
+
+        Computed in dimension k: :math:`\operatorname{tr}(V_h\Sigma A_h\Sigma) =
+        \operatorname{tr}\big((Q_h\Sigma W^O_h)(W^V_h\Sigma K_h^\top)\big)/\sqrt k`.
+        """
+        S = as_float_array("cov", cov, shape=(self.d, self.d))
+        Q, K, WV = self._rows(self.query), self._rows(self.key), self._rows(self.value)
+        WO = self.output.reshape(self.d, self.heads, self.head_dim).transpose(1, 0, 2)
+        left = Q @ S @ WO  # (heads, k, k)
+        right = WV @ S @ np.swapaxes(K, 1, 2)
+        return 2.0 * np.einsum("hij,hji->h", left, right) / np.sqrt(self.head_dim)
+
     @property
     def key_bias(self) -> NDArray[np.float64]:
         r""":math:`c_h = K_h^\top b^Q_h / \sqrt k`, (heads, d): the query bias's term
@@ -506,7 +520,8 @@ class Encoder:
 def sliced_gaussian_gap(points: ArrayLike, directions: int = 64, seed: int = 0) -> float:
     r"""How far a cloud is from its moment-matched Gaussian, along random directions.
 
-    For unit directions :math:`u_1, \dots, u_m` (uniform on the sphere, ``seed``), the
+    For unit directions :math:`u_1, \dots, u_m` (uniform on the sphere, from a stream derived
+    from ``seed``, not ``default_rng(seed)`` itself: a caller may have drawn the points there), the
     tokens' projections :math:`\langle u, x_i\rangle` are standardised by the mean and the
     variance :math:`u^\top\Sigma u` of the cloud (those of its moment-matched Gaussian
     :math:`\mathcal N(\alpha, \Sigma)`), and compared with :math:`\mathcal N(0, 1)` in
@@ -530,8 +545,8 @@ def sliced_gaussian_gap(points: ArrayLike, directions: int = 64, seed: int = 0) 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> gauss = sliced_gaussian_gap(rng.standard_normal((400, 8)))
-    >>> cube = sliced_gaussian_gap(np.sign(rng.standard_normal((400, 8))))
-    >>> bool(gauss < 0.1 < cube)
+    >>> two = 5.0 * np.sign(rng.standard_normal((400, 1))) + rng.standard_normal((400, 8))
+    >>> bool(gauss < 0.1 < 0.2 < sliced_gaussian_gap(two))
     True
     """
     from scipy.special import ndtri
@@ -542,7 +557,10 @@ def sliced_gaussian_gap(points: ArrayLike, directions: int = 64, seed: int = 0) 
         raise ValueError(f"points must hold at least 2 tokens, got {n}")
     if isinstance(directions, bool) or not isinstance(directions, (int, np.integer)) or directions < 1:
         raise ValueError(f"directions must be a positive int, got {directions!r}")
-    u = np.random.default_rng(seed).standard_normal((int(directions), d))
+    # a stream of its own: not default_rng(seed), whose draws a caller may have used for the points
+    u = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,))).standard_normal(
+        (int(directions), d)
+    )
     u /= np.linalg.norm(u, axis=1, keepdims=True)
     centred = x - x.mean(axis=0)
     z = centred @ u.T

@@ -367,7 +367,7 @@ class Attention:
         )
 
     def batched_closure(self) -> GaussianClosure:
-        """The closure vectorised over a batch (:class:`GaussianClosure`).
+        """The closure vectorised over a batch (:class:`~tpde_lib.GaussianClosure`).
 
         Raises ``NotImplementedError`` when the variant has none; the batched solver then calls
         :meth:`gaussian_rhs` member by member.

@@ -306,3 +306,52 @@ def test_the_ledger_refuses_a_check_it_cannot_read(source, match):
 
 def test_the_ledger_ignores_unreadable_cells_without_a_check():
     assert calls_in("%matplotlib inline\nx = 1") == []
+
+
+# --- the ledger links each claim to its numbered statement -------------------------------------
+
+
+def _ledger_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("claims_ledger", ROOT / "_ext" / "claims_ledger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _FakeApp:
+    """What _statement_links reads of a Sphinx app: the proofs registry, figure numbers, a
+    builder that makes relative links."""
+
+    class config:
+        claims_map = "claims_map.yml"
+
+    class builder:
+        @staticmethod
+        def get_relative_uri(fromdoc, todoc):
+            return f"{todoc}.html"
+
+    class env:
+        proof_list = {"thm-a": {"docname": "chapters/05", "countertype": "theorem", "realtype": "corollary"}}
+        toc_fignumbers = {"chapters/05": {"theorem": {"thm-a": (5, 3)}}}
+
+
+def test_a_claims_statement_is_linked_as_its_numbered_block():
+    ledger = _ledger_module()
+    (link,) = ledger._statement_links(_FakeApp, "claims", {"id": "C7", "statement": ["thm-a"]})
+    assert link.astext() == "Corollary 5.3" and link["refuri"] == "chapters/05.html#thm-a"
+
+
+def test_a_statement_label_no_block_carries_fails_the_build():
+    from sphinx.errors import ExtensionError
+
+    ledger = _ledger_module()
+    with pytest.raises(ExtensionError, match="no prf: block"):
+        ledger._statement_links(_FakeApp, "claims", {"id": "C7", "statement": ["thm-missing"]})
+
+
+def test_every_paper_claim_of_the_map_names_its_statement():
+    claims = yaml.safe_load((ROOT / "claims_map.yml").read_text(encoding="utf-8"))["claims"]
+    missing = [c["id"] for c in claims if c["status"] != "not-checkable" and not c.get("statement")]
+    assert not missing, f"claims without a statement: label: {missing}"

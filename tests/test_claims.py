@@ -326,3 +326,107 @@ def test_the_ledger_refuses_a_check_it_cannot_read(source, match):
 
 def test_the_ledger_ignores_unreadable_cells_without_a_check():
     assert calls_in("%matplotlib inline\nx = 1") == []
+
+
+# --- the ledger links each claim to its numbered statement -------------------------------------
+
+
+def _ledger_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("claims_ledger", ROOT / "_ext" / "claims_ledger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _FakeApp:
+    """What _statement_links reads of a Sphinx app: the proofs registry, figure numbers, a
+    builder that makes relative links."""
+
+    class config:
+        claims_map = "claims_map.yml"
+
+    class builder:
+        @staticmethod
+        def get_relative_uri(fromdoc, todoc):
+            return f"{todoc}.html"
+
+    class env:
+        proof_list = {"thm-a": {"docname": "chapters/05", "countertype": "theorem", "realtype": "corollary"}}
+        toc_fignumbers = {"chapters/05": {"theorem": {"thm-a": (5, 3)}}}
+
+
+def test_a_claims_statement_is_linked_as_its_numbered_block():
+    ledger = _ledger_module()
+    (link,) = ledger._statement_links(_FakeApp, "claims", {"id": "C7", "statement": ["thm-a"]})
+    assert link.astext() == "Corollary 5.3" and link["refuri"] == "chapters/05.html#thm-a"
+
+
+def test_a_statement_label_no_block_carries_fails_the_build():
+    from sphinx.errors import ExtensionError
+
+    ledger = _ledger_module()
+    with pytest.raises(ExtensionError, match="no prf: block"):
+        ledger._statement_links(_FakeApp, "claims", {"id": "C7", "statement": ["thm-missing"]})
+
+
+def test_every_paper_claim_of_the_map_names_its_statement():
+    claims = yaml.safe_load((ROOT / "claims_map.yml").read_text(encoding="utf-8"))["claims"]
+    missing = [c["id"] for c in claims if c["status"] != "not-checkable" and not c.get("statement")]
+    assert not missing, f"claims without a statement: label: {missing}"
+
+
+# --- the {check} role: a statement's link to its verdict box on the same page ------------------
+
+
+def _book_style_module():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        spec = importlib.util.spec_from_file_location("book_style", ROOT / "_ext" / "book_style.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "_ext"))
+    return module
+
+
+def _role_call(tmp_path, text):
+    from types import SimpleNamespace
+
+    from docutils.utils import Reporter
+
+    page = tmp_path / "ch.md"
+    page.write_text(
+        "```{code-cell} ipython3\nverdict('known-key', 'derived', 'S.', measured='m', value=1,"
+        " below=2, reason='r')\n```\n",
+        encoding="utf-8",
+    )
+    env = SimpleNamespace(app=SimpleNamespace(), docname="ch", doc2path=lambda doc: str(page))
+    reporter = Reporter("ch", Reporter.WARNING_LEVEL, Reporter.SEVERE_LEVEL + 1)
+
+    class Inliner:
+        document = SimpleNamespace(settings=SimpleNamespace(env=env))
+
+        def __init__(self):
+            self.reporter = reporter
+
+        def problematic(self, rawtext, text, msg):
+            return ("problematic", rawtext)
+
+    return _book_style_module().check_role("check", f"{{check}}`{text}`", text, 1, Inliner())
+
+
+def test_the_check_role_links_to_the_verdict_box_of_its_page(tmp_path):
+    (node,), messages = _role_call(tmp_path, "known-key")
+    assert not messages and node["refuri"] == "#verdict-known-key" and node.astext() == "known-key"
+    (node,), _ = _role_call(tmp_path, "its check <known-key>")
+    assert node["refuri"] == "#verdict-known-key" and node.astext() == "its check"
+
+
+def test_a_check_role_naming_no_verdict_of_its_page_is_an_error(tmp_path):
+    nodes_, messages = _role_call(tmp_path, "unknown-key")
+    assert nodes_[0][0] == "problematic" and "no verdict with key 'unknown-key'" in messages[0].astext()

@@ -16,7 +16,9 @@ found (the library changed under it).
 Mutants of the library's machinery rather than of a formula a chapter states are guarded by unit
 tests instead, since the chapters no longer check machinery: the multi-head layer fusing a
 Softmax subclass head, and the kernel engine's test for skipping the log-sum-exp shift, are killed
-by ``tests/test_chapter_machinery.py`` (the appendix page "How the library is checked" lists them).
+by ``tests/test_chapter_machinery.py``; the internals of ``fit_rate`` (the one-sided quantile, the
+variance over N instead of N - 2, seed columns paired with the wrong abscissae) are killed by
+``tests/test_meanfield.py`` (the appendix page "How the library is checked" lists them).
 
 A mutant that is equivalent to the original in every case a chapter runs is not listed (it
 could not be killed and would say nothing about the chapter), e.g. ``coupling_distance`` with
@@ -344,22 +346,6 @@ MUTANTS = [
         "02_mean_field",
     ),
     M(
-        "fit-rate-one-sided-quantile",
-        "rate interval with the one-sided Student quantile",
-        "meanfield/_rates.py",
-        "half = float(stats.t.ppf(0.5 + level / 2, dof)) * stderr",
-        "half = float(stats.t.ppf(level, dof)) * stderr",
-        "02_mean_field",
-    ),
-    M(
-        "fit-rate-variance-over-N",
-        "rate standard error with residuals / N, not / (N - 2)",
-        "meanfield/_rates.py",
-        "stderr = float(np.sqrt(np.sum(resid**2) / dof / suu))",
-        "stderr = float(np.sqrt(np.sum(resid**2) / u.size / suu))",
-        "02_mean_field",
-    ),
-    M(
         "step-order-fitted-against-depth",
         "step order fitted against L = T/h instead of h",
         "meanfield/_step_order.py",
@@ -613,14 +599,6 @@ MUTANTS = [
         "K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M.T @ M, _phi)",
         "K, K2 = sym_fn(M @ M.T, _phi), sym_fn(M @ M.T, _phi)",
         "07_gradient_flows",
-    ),
-    M(
-        "fit-rate-seeds-tiled",
-        "rate fit pairs seed columns with the wrong x (tile, not repeat)",
-        "meanfield/_rates.py",
-        "u = np.repeat(np.log(x), y.shape[1])",
-        "u = np.tile(np.log(x), y.shape[1])",
-        "02_mean_field",
     ),
     M(
         "affine-defect-uncentred",

@@ -3,8 +3,10 @@
 The page that holds the directive ``{claims-ledger}`` gets three sections:
 
 1. **The paper's claims** (C1–C17, the ``claims`` of ``claims_map.yml``): one card per claim (id
-   ``claim-c1`` ...) with its status badge, the claim (``$...$`` rendered as math), its note, where
-   the book treats it, and its checks folded under it (tests apart from consistency checks);
+   ``claim-c1`` ...) with its status badge, the claim (``$...$`` rendered as math), the numbered
+   statements that state it in the book (the map's ``statement:``, labels of ``prf:`` blocks,
+   shown as "Theorem 5.1" linked to the block), its note, and its checks folded under it (tests
+   apart from consistency checks);
 2. **Beyond the paper** (B1, B2, ..., the map's ``beyond``): the same cards for the results of
    the chapters that go beyond the paper;
 3. **Every check of the book**: the ``tpde_book.verdict(...)`` calls found in the chapters'
@@ -16,8 +18,9 @@ hidden output (a MyST-NB glue output named ``claim:<key>``, emitted only once th
 MyST-NB keeps the glue keys of each document it reads in the environment, and the tables are
 filled at ``doctree-resolved``, i.e. after every document has been read, whatever the order of
 reading. A check whose cell did not run has no output and shows "not run": there are no files or
-timestamps to go stale. Duplicate keys, unknown keys in the map, and claims of the
-map without a check of the stated kind fail the build.
+timestamps to go stale. Duplicate keys, unknown keys in the map, claims of the map without a
+check of the stated kind, a paper's claim (other than not checkable) without a ``statement:``, and
+a ``statement:`` label that no ``prf:`` block of the book carries fail the build.
 """
 
 from __future__ import annotations
@@ -59,6 +62,14 @@ def _load_map(root, name, section="claims"):
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     claims = data.get(section, []) or []
     for c in claims:
+        labels = c.get("statement", [])
+        labels = [labels] if isinstance(labels, str) else labels
+        if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
+            raise ExtensionError(
+                f"{name}: claim {c.get('id', '?')}: statement must be a label or a list of labels, "
+                f"got {c.get('statement')!r}"
+            )
+        c["statement"] = labels
         for field in ("id", "claim", "status"):
             if field not in c:
                 raise ExtensionError(f"{name}: claim {c.get('id', '?')} has no {field!r}")
@@ -206,6 +217,30 @@ def _check_item(app, docname, c, passed):
     return item
 
 
+def _statement_links(app, fromdoc, cl):
+    """Links to the numbered ``prf:`` blocks that state a claim ("Theorem 5.1"), resolved from
+    sphinx-proof's registry once every document is read; an unknown label fails the build."""
+    proofs = getattr(app.env, "proof_list", {})
+    out = []
+    for label in cl["statement"]:
+        info = proofs.get(label)
+        if info is None:
+            raise ExtensionError(
+                f"{app.config.claims_map}: claim {cl['id']} names the statement {label!r}, "
+                "but no prf: block of the book has that :label:"
+            )
+        doc = info["docname"]
+        number = app.env.toc_fignumbers.get(doc, {}).get(info["countertype"], {}).get(label)
+        text = info["realtype"].title()
+        if number and not info.get("nonumber"):
+            text += " " + ".".join(map(str, number))
+        uri = app.builder.get_relative_uri(fromdoc, doc) + "#" + label
+        if out:
+            out.append(", ")
+        out.append(nodes.reference("", text, refuri=uri, internal=True, classes=["tpde-statement-link"]))
+    return out
+
+
 def _card(app, docname, cl, by_key, passed):
     """A claim as a card: id and status badges, the claim, its note, its checks folded."""
     keys = cl.get("checks", []) or []
@@ -222,6 +257,9 @@ def _card(app, docname, cl, by_key, passed):
         cl["claim"],
         classes=["tpde-claim-head"],
     )
+    stated = _statement_links(app, docname, cl)
+    if stated:
+        card += _para("Stated as ", *stated, classes=["tpde-claim-where"])
     if cl.get("note"):
         card += _para(cl["note"], classes=["tpde-claim-note"])
     where = [_link(app, docname, by_key[k]) for k in keys[:1]] if keys else []
@@ -263,6 +301,11 @@ def _validate(app, claims, by_key):
                     "which no chapter records"
                 )
         mapped.update(keys)
+        if cl["id"].startswith("C") and cl["status"] != "not-checkable" and not cl["statement"]:
+            raise ExtensionError(
+                f"{app.config.claims_map}: claim {cl['id']} has no statement: (the label of the "
+                "prf: block that states it in the book)"
+            )
         if cl["status"] != "not-checkable" and not any(_kind(by_key[k]) == "test" for k in keys):
             raise ExtensionError(
                 f"{app.config.claims_map}: claim {cl['id']} has status {cl['status']!r} "

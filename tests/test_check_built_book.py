@@ -190,3 +190,54 @@ def test_compare_findings_reports_missing_and_unexpected_findings():
         "a.html: [overflow] expected 1 finding(s), got 0",
         "b.html: [scale] expected 0 finding(s), got 1",
     ]
+
+
+# --- the content rules (no browser): control characters, numbered statements ------------------
+
+
+def _write(tmp_path, rel, body):
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(cbb._page(body), encoding="utf-8")
+    return Path(rel)
+
+
+_THEOREM = '<span class="caption-number">Proposition 3.2 </span>'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '<span class="math">\\(\x08eta\\)</span>',  # the backspace of a non-raw "\beta"
+        "bell\x07",
+        "escape &#27; as an entity",
+        "hex entity &#x1b;",
+        "delete \x7f",
+    ],
+)
+def test_a_control_character_in_a_page_is_a_finding(tmp_path, body):
+    page = _write(tmp_path, "chapters/a.html", _THEOREM + body)
+    assert [rule for _, rule, _ in cbb.check_content(tmp_path, [page])] == ["ctrlchar"]
+
+
+def test_tabs_newlines_and_their_entities_are_not_control_findings(tmp_path):
+    page = _write(tmp_path, "chapters/a.html", _THEOREM + "a\tb\r\nc &#9; &#10; &#x0d; &#32;")
+    assert cbb.check_content(tmp_path, [page]) == []
+
+
+def test_a_chapter_needs_a_numbered_statement_a_definition_is_not_one(tmp_path):
+    bare = _write(tmp_path, "chapters/a.html", '<span class="caption-number">Definition 1.1 </span>')
+    other = _write(tmp_path, "claims.html", "no statement, not a chapter")
+    found = cbb.check_content(tmp_path, [bare, other])
+    assert [(page, rule) for page, rule, _ in found] == [("chapters/a.html", "statement")]
+    for kind in ("Theorem", "Lemma", "Corollary", "Observation", "Proposition"):
+        ok = _write(tmp_path, "chapters/b.html", f'<span class="caption-number">{kind} 6.10 </span>')
+        assert cbb.check_content(tmp_path, [ok]) == []
+
+
+def test_the_self_test_book_breaks_the_content_rules_on_its_bad_page_only(tmp_path):
+    expected = cbb.write_fixture_book(tmp_path)
+    found = cbb.check_content(tmp_path, cbb.book_pages(tmp_path))
+    assert Counter(rule for _, rule, _ in found) == Counter(["ctrlchar", "statement"])
+    assert {page for page, _, _ in found} == {"chapters/bad.html"}
+    assert expected["chapters/bad.html"]["mathjax"] == 1  # found in the browser (mjx-merror)

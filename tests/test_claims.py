@@ -6,12 +6,13 @@ from collections import Counter
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import yaml
 from nbclient import NotebookClient
 
 import tpde_book
-from tpde_book.ledger import collect, slug
+from tpde_book.ledger import calls_in, collect, slug
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -272,3 +273,105 @@ def test_a_statement_that_fails_as_stated_is_confirmed_without_a_tick():
 def test_a_cited_works_result_has_its_own_status_and_badge():
     assert "cited" in tpde_book.STATUSES and tpde_book.BADGES["cited"] == "cited work"
     assert 'class="tpde-badge tpde-cited"' in _box("cited")
+
+
+@pytest.mark.parametrize(
+    "bound", [{"below": "0.5"}, {"below": True}, {"at_least": np.bool_(True)}, {"above": "1"}]
+)
+def test_a_bound_must_be_a_number_not_a_string_or_a_bool(bound):
+    with pytest.raises(TypeError, match="must be a real number"):
+        tpde_book.verdict("ok-key", "paper", "x", measured="m", value=0.25, reason="r", **bound)
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(False), "0.25"])
+def test_a_compared_value_must_be_a_number_not_a_bool(value):
+    with pytest.raises(TypeError, match="value must be a real number"):
+        tpde_book.verdict("ok-key", "paper", "x", measured="m", value=value, below=1, reason="r")
+
+
+@pytest.mark.parametrize(
+    "args, match", [(("a-b\n", "paper", "x"), "key"), (("ok-key", "paper", "x"), "claim")]
+)
+def test_keys_and_claims_are_matched_to_their_end(args, match):
+    claim = "C1\n" if match == "claim" else None
+    with pytest.raises(ValueError, match=match):
+        tpde_book.verdict(*args, measured="m", value=0.5, below=1, reason="r", claim=claim)
+
+
+def test_infinite_values_and_bounds_are_reported_not_crashed_on(capsys):
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=0.5, below=np.inf, reason="r")
+    assert "< ∞" in capsys.readouterr().out
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=np.inf, above=1.0, reason="r")
+    assert "= ∞ > 1" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="= ∞, expected < 1"):
+        tpde_book.verdict("ok-key", "derived", "x", measured="m", value=np.inf, below=1, reason="r")
+    with pytest.raises(AssertionError, match="= −∞, expected > 0"):
+        tpde_book.verdict("ok-key", "derived", "x", measured="m", value=-np.inf, above=0, reason="r")
+
+
+@pytest.mark.parametrize(
+    "source, match",
+    [
+        ("spec = dict(key='k')\nverdict(**spec)", "unpacked"),
+        ("verdict(*args, measured='m')", "unpacked"),
+        ("%time verdict('k', 'derived', 'S.', measured='m', value=1, below=2, reason='r')", "magic '%time'"),
+        ("%%capture\nverdict('k', 'derived', 'S.', measured='m', value=1, below=2, reason='r')", "magic"),
+        ("verdict('k', 'derived', 'S.', measured='m', value=1, below=2, reason='r'", "syntax error"),
+    ],
+)
+def test_the_ledger_refuses_a_check_it_cannot_read(source, match):
+    with pytest.raises(ValueError, match=match):
+        calls_in(source)
+
+
+def test_the_ledger_ignores_unreadable_cells_without_a_check():
+    assert calls_in("%matplotlib inline\nx = 1") == []
+
+
+# --- the ledger links each claim to its numbered statement -------------------------------------
+
+
+def _ledger_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("claims_ledger", ROOT / "_ext" / "claims_ledger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _FakeApp:
+    """What _statement_links reads of a Sphinx app: the proofs registry, figure numbers, a
+    builder that makes relative links."""
+
+    class config:
+        claims_map = "claims_map.yml"
+
+    class builder:
+        @staticmethod
+        def get_relative_uri(fromdoc, todoc):
+            return f"{todoc}.html"
+
+    class env:
+        proof_list = {"thm-a": {"docname": "chapters/05", "countertype": "theorem", "realtype": "corollary"}}
+        toc_fignumbers = {"chapters/05": {"theorem": {"thm-a": (5, 3)}}}
+
+
+def test_a_claims_statement_is_linked_as_its_numbered_block():
+    ledger = _ledger_module()
+    (link,) = ledger._statement_links(_FakeApp, "claims", {"id": "C7", "statement": ["thm-a"]})
+    assert link.astext() == "Corollary 5.3" and link["refuri"] == "chapters/05.html#thm-a"
+
+
+def test_a_statement_label_no_block_carries_fails_the_build():
+    from sphinx.errors import ExtensionError
+
+    ledger = _ledger_module()
+    with pytest.raises(ExtensionError, match="no prf: block"):
+        ledger._statement_links(_FakeApp, "claims", {"id": "C7", "statement": ["thm-missing"]})
+
+
+def test_every_paper_claim_of_the_map_names_its_statement():
+    claims = yaml.safe_load((ROOT / "claims_map.yml").read_text(encoding="utf-8"))["claims"]
+    missing = [c["id"] for c in claims if c["status"] != "not-checkable" and not c.get("statement")]
+    assert not missing, f"claims without a statement: label: {missing}"

@@ -5,16 +5,23 @@ Usage::
     python tools/check_built_book.py [_build/html] [--links-only] [--pages GLOB] [--report-only]
     python tools/check_built_book.py --self-test
 
-1. **Links** (no network, no browser): every relative ``href``/``src`` of every page points to a
-   file of the build, and every ``#fragment`` to an element id of its target page.
+1. **Links and content** (no network, no browser): every relative ``href``/``src`` of every page
+   points to a file of the build, and every ``#fragment`` to an element id of its target page;
+   ``[ctrlchar]`` a page holds a control character (U+0000–U+001F other than tab, newline and
+   carriage return, or U+007F, raw or as a numeric entity: e.g. the backspace a non-raw string
+   makes of ``"\\beta"``, which MathJax shows as "Math input error"); ``[statement]`` a chapter
+   page holds no numbered statement (a sphinx-proof theorem, proposition, lemma, corollary or
+   observation: ``<span class="caption-number">Theorem 5.1``).
 2. **Browser**: headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) loads
    each page at a 1400 px wide viewport from a server on 127.0.0.1, every other address
    blocked, and fails the page on each of these findings (one ``FAIL page: [rule] ...`` line
    each, naming the element):
 
-   - ``[tex]`` raw TeX shown (MathJax did not render); ``[figure]`` a figure that did not load;
-     ``[error]`` an error output; ``[widgets]`` embedded widgets that do not render; ``[twin]`` a
-     static twin (``to_jshtml`` animation) that does not play;
+   - ``[tex]`` raw TeX shown (MathJax did not render); ``[mathjax]`` a MathJax error (an
+     ``mjx-merror`` element: "Math input error", an undefined control sequence, ...);
+     ``[figure]`` a figure that did not load; ``[error]`` an error output; ``[widgets]``
+     embedded widgets that do not render; ``[twin]`` a static twin (``to_jshtml`` animation)
+     that does not play;
    - ``[overflow]`` a cell output a reader must scroll sideways: the ``.cell_output`` or one of
      its elements that scrolls or clips (``overflow-x`` not ``visible``: a ``pre``, a table's
      wrapper, a widget box) whose content is wider than its box (``scrollWidth > clientWidth +
@@ -95,6 +102,7 @@ import base64
 import fnmatch
 import functools
 import http.server
+import re
 import struct
 import sys
 import tempfile
@@ -130,6 +138,41 @@ class _PageParser(HTMLParser):
         for key in ("href", "src"):
             if attrs.get(key) and not (tag == "link" and attrs.get("rel") == "preload"):
                 self.links.append(attrs[key])
+
+
+#: a control character other than tab, newline and carriage return, raw or as a numeric entity
+_CONTROL = re.compile(
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|&#0*(?:[0-8]|1[124-9]|2[0-9]|3[01]|127);"
+    r"|&#x0*(?:[0-8]|[bcef]|1[0-9a-f]|7f);",
+    re.I,
+)
+#: the number sphinx-proof gives a statement (not a definition): "Theorem 5.1"
+_STATEMENT = re.compile(
+    r'<span class="caption-number">(?:Theorem|Proposition|Lemma|Corollary|Observation) \d'
+)
+
+
+def check_content(html_dir, pages):
+    """``[ctrlchar]`` and ``[statement]`` findings of the pages' HTML (no browser)."""
+    failures = []
+    for rel in pages:
+        text = (html_dir / rel).read_text(encoding="utf-8", errors="replace")
+        for m in list(_CONTROL.finditer(text))[:3]:
+            line = text.count("\n", 0, m.start()) + 1
+            around = text[max(0, m.start() - 30) : m.end() + 30].replace("\n", " ")
+            failures.append(
+                (str(rel), "ctrlchar", f"control character {m.group()!r} at line {line}: {around!r}")
+            )
+        if is_chapter(rel) and not _STATEMENT.search(text):
+            failures.append(
+                (
+                    str(rel),
+                    "statement",
+                    "chapter without a numbered statement (prf:theorem, proposition, lemma, "
+                    "corollary or observation)",
+                )
+            )
+    return failures
 
 
 def book_pages(html_dir, patterns=None):
@@ -374,6 +417,8 @@ async () => {
   const errors = [...document.querySelectorAll('.output.traceback, .output.error, .output.stderr')]
                  .map(e => e.textContent.trim().slice(0, 200))
                  .filter(t => /Error|Traceback|Exception/.test(t));
+  const mathErrors = [...document.querySelectorAll('mjx-merror')]
+      .map(e => ((e.getAttribute('data-mjx-error') || '') + ' ' + e.textContent).trim().slice(0, 80));
   const anims = [...document.querySelectorAll('.animation')].length;
   // embedded widget views: the widget manager (served with the book) must render them
   const views = document.querySelectorAll(
@@ -383,7 +428,7 @@ async () => {
     await new Promise(r => setTimeout(r, 200));
     widgets = document.querySelectorAll('.jupyter-widgets').length;
   }
-  return {rawMath, broken, errors, anims, views, widgets, nMath: maths.length};
+  return {rawMath, mathErrors, broken, errors, anims, views, widgets, nMath: maths.length};
 }
 """
 
@@ -571,6 +616,7 @@ def check_in_browser(html_dir, pages, shots_dir=None, rows=None):
             report = page.evaluate(_PAGE_REPORT)
             r = str(rel)
             found = [(r, "tex", f"raw TeX shown (MathJax did not render): {t!r}") for t in report["rawMath"]]
+            found += [(r, "mathjax", f"MathJax error: {t!r}") for t in report["mathErrors"]]
             found += [(r, "figure", f"figure did not load: {src!r}") for src in report["broken"]]
             found += [(r, "error", f"error output: {err!r}") for err in report["errors"]]
             if report["views"] and not report["widgets"]:
@@ -660,8 +706,14 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
     frames = [base64.b64encode(png_bytes(400, 100, 200 + k)).decode() for k in range(2)]
     widget_view = '<script type="application/vnd.jupyter.widget-view+json">{"model_id": "x"}</script>'
     long_line = "checked (" + "a measured value next to its tolerance, " * 8 + ")"
+    statement = (
+        '<div class="proof theorem"><p class="admonition-title">'
+        '<span class="caption-number">Theorem 1.1 </span></p></div>'
+    )
     good = _page(
         '<article class="bd-article"><h1>Good</h1>'
+        + statement
+        + '<p>Tab\tand&#10;newline &#x9; pass; so does <span class="math">\\(\\beta\\)</span>.</p>'
         + _prose(30)
         + '<div class="cell"><div class="cell_input"><pre>x = 1</pre></div>'
         f'<div class="cell_output"><div class="output"><pre style="white-space: pre-wrap">{long_line}'
@@ -684,7 +736,10 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
         '<link rel="stylesheet" href="http://example.invalid/font.css">'
         '<link rel="stylesheet" href="../missing.css">'
         '<article class="bd-article"><h1>Bad</h1>'
-        '<p><span class="math">\\(x^2\\)</span></p>'
+        '<div class="proof definition"><span class="caption-number">Definition 1.1 </span></div>'
+        '<p><span class="math">\\(x^2 + \x08eta\\)</span></p>'
+        '<mjx-container><mjx-merror data-mjx-error="Math input error">Math input error</mjx-merror>'
+        "</mjx-container>"
         '<div class="cell"><div class="cell_input"><pre>' + "code = 1\n" * 20 + "</pre></div>"
         f'<div class="cell_output"><div class="output"><pre style="overflow: auto">{long_line}</pre>'
         "</div></div></div>"
@@ -700,6 +755,7 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
     )
     long = _page(
         '<article class="bd-article"><h1>Long</h1>'
+        + statement
         + _prose(5)
         + '<div style="height: 26000px"></div></article>'
     )
@@ -708,6 +764,9 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
     bad_rules = [
         *("links",) * 2,  # missing.css, absent.png
         "tex",
+        "mathjax",
+        "ctrlchar",
+        "statement",
         "figure",
         "error",
         "twin",
@@ -747,6 +806,7 @@ def self_test() -> int:
         expected = write_fixture_book(root)
         pages = book_pages(root)
         failures, _ = check_links(root, pages)
+        failures += check_content(root, pages)
         failures += check_in_browser(root, pages)
     for page, rule, message in failures:
         print(f"  found {page}: [{rule}] {message}")
@@ -784,6 +844,7 @@ def main(argv=None):
     pages = book_pages(html_dir, args.pages)
     failures, n_links = check_links(html_dir, pages)
     print(f"links: {n_links} internal links checked on {len(pages)} pages")
+    failures += check_content(html_dir, pages)
     rows = []
     if not args.links_only:
         shots = None if args.no_screenshots else args.screenshots or html_dir.parent / "screenshots"

@@ -15,6 +15,7 @@ Installed with the library (``pip install -e ./_ext``) so that chapters import i
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import re
 
@@ -51,9 +52,9 @@ KINDS = {"test": "test", "consistency": "consistency check"}
 MIME = "application/vnd.tpde.claim+json"
 GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's marker of a hidden glue output
 KEY_PREFIX = "claim:"
-_KEY = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
+_KEY = re.compile(r"[a-z0-9][a-z0-9\-]*\Z")
 #: the paper's claims C1-C17, and the book's own results beyond the paper B1, B2, ...
-_CLAIM = re.compile(r"^(C([1-9]|1[0-7])|B[1-9][0-9]?)$")
+_CLAIM = re.compile(r"(C([1-9]|1[0-7])|B[1-9][0-9]?)\Z")
 
 
 def _payload(key, status, statement, value, claim, kind):
@@ -96,11 +97,20 @@ def _number(x):
         return str(int(x))
     if isinstance(x, numbers.Real):
         x = float(x)
+        if math.isnan(x):
+            return "NaN"
+        if math.isinf(x):
+            return "∞" if x > 0 else "−∞"
         if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
             mant, exp = f"{x:.2e}".split("e")
             return f"{mant}×10^{int(exp)}"
         return f"{x:.3g}"
     return str(x)
+
+
+def _is_real(x):
+    """A real number (int, float, numpy scalar), not a bool (numpy's included) nor a string."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, *_np_bool_types()))
 
 
 def _np_bool_types():
@@ -280,7 +290,11 @@ def verdict(
     if bounds:
         ((name, bound),) = bounds.items()
         symbol, test = _BOUNDS[name]
-        if isinstance(value, (str, bool)) or not isinstance(value, numbers.Real):
+        if not _is_real(bound):
+            raise TypeError(f"{name}= must be a real number (not a string or a bool), got {bound!r}")
+        if math.isnan(float(bound)):
+            raise ValueError(f"{name}= must not be NaN")
+        if not _is_real(value):
             raise TypeError(f"value must be a real number to compare with {name}=, got {value!r}")
         comparison = f"{symbol} {_number(bound)}"
         passed = bool(test(float(value), float(bound)))

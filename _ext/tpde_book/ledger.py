@@ -56,11 +56,28 @@ def slug(title):
 
 
 def calls_in(source):
-    """Literal arguments of every ``verdict(...)`` call in ``source``."""
+    """Literal arguments of every ``verdict(...)`` call in ``source``.
+
+    A check the ledger cannot read would silently be missing from it, so a cell that mentions
+    ``verdict`` but cannot be read is an error (:class:`ValueError`), not an empty answer: a cell
+    that starts with an IPython magic (``%time``, ``%%capture``, ``!cmd``) or has a syntax error,
+    and a call whose arguments are unpacked (``verdict(**spec)``, ``verdict(*args)``).
+    """
     try:
         tree = ast.parse(source)
-    except SyntaxError:
-        return []
+    except SyntaxError as err:
+        if not re.search(r"\bverdict\b", source):
+            return []
+        first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+        why = (
+            f"it starts with the IPython magic {first.split()[0]!r}"
+            if first.startswith(("%", "!"))
+            else f"a syntax error at line {err.lineno}: {err.msg}"
+        )
+        raise ValueError(
+            f"the ledger cannot read a cell that calls verdict: {why}; write the check as plain "
+            "Python (time it outside the checking cell)"
+        ) from err
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -69,6 +86,14 @@ def calls_in(source):
         name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
         if name != "verdict":
             continue
+        unpacked = [a for a in node.args if isinstance(a, ast.Starred)]
+        unpacked += [kw for kw in node.keywords if kw.arg is None]
+        if unpacked:
+            raise ValueError(
+                f"{name}(...) at line {node.lineno}: arguments unpacked with * or ** cannot be "
+                "read without running the chapter, so the ledger would miss the check; pass key, "
+                f"status, statement, claim and kind as literals: {ast.unparse(node)[:120]}"
+            )
         args = {}
         for label, arg in zip(_ARGS, node.args):
             args[label] = arg

@@ -8,6 +8,7 @@ This extension adds what the book needs on top:
 - the class ``_ext/latex/tpdebook.cls`` in place of sphinx-jupyterbook-latex's own, which loads
   packages that Debian ships only in its 1.4 GB ``texlive-fonts-extra`` (``bbm``, ``pgfplots``)
   and that the book does not use;
+- no ``unicode-math`` (see :func:`_latex_config`);
 - status and claim badges (the roles ``{status}`` and ``{claim}``) as framed labels whose text
   says the status, with ``fails`` reversed (white on black): legible in black and white;
 - a target for every container with an id (the ledger's claim cards ``claim-c6``), so the links
@@ -35,23 +36,34 @@ CLASS_FILE = Path(__file__).parent / "latex" / "tpdebook.cls"
 #: the PDF's file name (``latex.latex_documents.targetname`` of ``_config.yml``, ``.pdf``), in
 #: ``_build/latex`` and, published, at the site's root
 PDF_NAME = "tpde-book.pdf"
+#: the claims ledger's document (the claim badges link to its cards)
+LEDGER = "claims"
 
-#: LaTeX for the badges: \DUrole{tpde-badge,tpde-<status>}{text} (Sphinx's writer joins the
+#: LaTeX for missing glyphs and the badges: \DUrole{tpde-badge,tpde-<status>}{text} (Sphinx's writer joins the
 #: classes of an inline node with commas)
-BADGES = r"""
+PREAMBLE = r"""
+% characters that the book's fonts (FreeSerif italic, FreeMono) lack
+\usepackage{newunicodechar}
+\newunicodechar{ᵀ}{\textsuperscript{T}}
 % The book's badges (roles {status} and {claim}): a framed label; "fails" reversed.
 \newcommand{\tpdebadge}[1]{{\setlength{\fboxsep}{1.2pt}\setlength{\fboxrule}{0.5pt}%
   \fbox{\sffamily\footnotesize\strut #1}}}
 \newcommand{\tpdebadgereversed}[1]{{\setlength{\fboxsep}{1.7pt}%
   \colorbox{black}{\color{white}\sffamily\bfseries\footnotesize\strut #1}}}
-\makeatletter
-\@for\tpde@status:={paper,cited,derived,observed,not-checkable}\do{%
-  \expandafter\def\csname DUroletpde-badge,tpde-\tpde@status\endcsname##1{\tpdebadge{##1}}%
-  \expandafter\def\csname DUroletpde-badge,tpde-\tpde@status,tpde-claim\endcsname##1{%
-    \tpdebadge{##1}}}
-\expandafter\def\csname DUroletpde-badge,tpde-fails\endcsname#1{\tpdebadgereversed{#1}}
-\expandafter\def\csname DUroletpde-badge,tpde-fails,tpde-claim\endcsname#1{\tpdebadgereversed{#1}}
-\makeatother
+% \tpdebadgerole{<classes>}{<command>}: \DUrole{<classes>}{text} is <command>{text}
+\newcommand{\tpdebadgerole}[2]{\expandafter\def\csname DUrole#1\endcsname##1{#2{##1}}}
+\tpdebadgerole{tpde-badge,tpde-paper}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-cited}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-derived}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-observed}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-fails}{\tpdebadgereversed}
+\tpdebadgerole{tpde-badge,tpde-consistency}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-paper,tpde-claim}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-cited,tpde-claim}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-derived,tpde-claim}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-observed,tpde-claim}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-not-checkable,tpde-claim}{\tpdebadge}
+\tpdebadgerole{tpde-badge,tpde-fails,tpde-claim}{\tpdebadgereversed}
 """
 
 
@@ -59,23 +71,44 @@ def _latex_config(app, config):
     """After sphinx-jupyterbook-latex (priority 500) set its class: use the book's."""
     config.latex_theme = "tpdebook"
     config.latex_additional_files = [*config.latex_additional_files, str(CLASS_FILE)]
+    # no general index nor module index (whose XeLaTeX route needs xindy, and clisp with it)
+    config.latex_domain_indices = False
+    config.latex_use_xindy = False
     elements = config.latex_elements
     elements["papersize"] = "a4paper"
-    elements["preamble"] = elements.get("preamble", "") + BADGES
+    elements["makeindex"] = ""
+    elements["printindex"] = ""
+    # unicode-math (loaded by sphinx-jupyterbook-latex) breaks a prime in a table's math
+    # (tabulary typesets its cells twice: "Double superscript"); the book writes math in TeX
+    # commands, which amsmath's fonts have
+    preamble = elements.get("preamble", "").replace(r"\usepackage{unicode-math}", "")
+    elements["preamble"] = preamble + PREAMBLE
 
 
-class ContainerTargets(SphinxPostTransform):
+def _container_targets(app, doctree, docname):
     """A LaTeX label for each container that has ids (Sphinx's writer labels sections and
-    targets, not containers), so references to them resolve."""
+    targets, not containers), so references to them resolve. At ``doctree-resolved`` after the
+    ledger (which fills its cards then)."""
+    if app.builder.format != "latex":
+        return
+    for node in list(doctree.findall(nodes.container)):
+        if node.get("ids"):
+            node.insert(0, nodes.target("", "", ids=list(node["ids"])))
+            node["ids"] = []
+
+
+class ClaimLinks(SphinxPostTransform):
+    """The claim badges' links as LaTeX reads them (``%claims#claim-c6``: the label
+    ``claims:claim-c6``), whatever builder read the page (the doctrees are shared with the
+    HTML build, whose links are relative addresses of pages)."""
 
     default_priority = 900
     formats = ("latex",)
 
     def run(self, **kwargs):
-        for node in list(self.document.findall(nodes.container)):
-            if node.get("ids"):
-                node.insert(0, nodes.target("", "", ids=list(node["ids"])))
-                node["ids"] = []
+        for ref in self.document.findall(nodes.reference):
+            if "tpde-claim-link" in ref.get("classes", []) and "#" in ref.get("refuri", ""):
+                ref["refuri"] = "%" + LEDGER + "#" + ref["refuri"].split("#", 1)[1]
 
 
 def pdf_url(app):
@@ -126,5 +159,6 @@ def _header_buttons(app, pagename, templatename, context, doctree):
 def setup(app):
     app.connect("config-inited", _latex_config, priority=900)
     app.connect("html-page-context", _header_buttons, priority=600)
-    app.add_post_transform(ContainerTargets)
+    app.connect("doctree-resolved", _container_targets, priority=900)
+    app.add_post_transform(ClaimLinks)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from docutils import nodes
+from sphinx.errors import NoUri
 from sphinx.util import logging
 
 from tpde_book import BADGES
@@ -65,7 +66,10 @@ def claim_role(name, rawtext, text, lineno, inliner, options=None, content=None)
         msg = inliner.reporter.error(f"{{claim}}: no claim {cid!r} in the claims map", line=lineno)
         return [inliner.problematic(rawtext, rawtext, msg)], [msg]
     status = statuses[cid]
-    uri = env.app.builder.get_relative_uri(env.docname, LEDGER) + f"#claim-{cid.lower()}"
+    try:
+        uri = env.app.builder.get_relative_uri(env.docname, LEDGER) + f"#claim-{cid.lower()}"
+    except NoUri:  # the LaTeX builder knows no URIs while reading: _ext/book_pdf.py sets it
+        uri = f"%{LEDGER}#claim-{cid.lower()}"
     ref = nodes.reference(rawtext, "", refuri=uri, internal=True, classes=["tpde-claim-link"])
     ref += _badge(cid, status, ("tpde-claim",))
     ref["reftitle"] = f"{cid}: {_MAP_BADGES.get(status, status)} (claims ledger)"

@@ -200,9 +200,11 @@ def _verdict_markdown(payload, measured, shown, comparison, reason):
         title = COUNTEREXAMPLE.capitalize()
     badges = f"{{status}}`{status}` " if kind == "test" else ""
     badges += f"{{claim}}`{claim}` " if claim is not None else ""
-    measure = f"{_md_text(measured)}: **{_md_text(shown)}**" + (
-        f" {_md_text(comparison)}" if comparison else ""
-    )
+
+    def number(text):  # "1.7×10^-8" as TeX
+        return re.sub(r"×10\^(-?\d+)", r"$\\times 10^{\1}$", _md_text(text))
+
+    measure = f"{_md_text(measured)}: **{number(shown)}**" + (f" {number(comparison)}" if comparison else "")
     return (
         f":::{{admonition}} {title}\n:class: tpde-verdict\n\n"
         f"(verdict-{payload['key']})=\n{badges}{_md_text(payload['statement'])}\n\n"

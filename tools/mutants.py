@@ -676,8 +676,10 @@ MUTANTS = [
         "symmetry-defect-P-not-inverted",
         "Jacobian symmetry defect with P instead of P^-1",
         "energy/_witnesses.py",
-        'else np.linalg.inv(as_square("mobility_matrix", mobility_matrix, d))',
-        'else np.asarray(as_square("mobility_matrix", mobility_matrix, d))',
+        "        else np.linalg.inv(\n"
+        '            as_nonsingular("mobility_matrix", as_square("mobility_matrix", mobility_matrix, d))\n',
+        "        else np.asarray(\n"
+        '            as_nonsingular("mobility_matrix", as_square("mobility_matrix", mobility_matrix, d))\n',
         "07_gradient_flows",
     ),
     M(
@@ -801,21 +803,19 @@ MUTANTS = [
         "sphere-layer-projects-attention-only",
         "layer on the sphere projecting the attention only, the feed-forward added unprojected",
         "layer.py",
-        "        if self.feedforward is not None:\n"
-        '            out = out + _checked(self.feedforward(points, t), shape, t, "feedforward")\n'
+        "            out = out + ff\n"
         '        if self.normalisation == "sphere":\n'
-        "            out = tangent_projection(points, out)\n",
-        '        if self.normalisation == "sphere":\n'
-        "            out = tangent_projection(points, out)\n"
-        "        if self.feedforward is not None:\n"
-        '            out = out + _checked(self.feedforward(points, t), shape, t, "feedforward")\n',
+        "            out = _tangent(points, out)\n",
+        '            out = (_tangent(points, out) if self.normalisation == "sphere" else out) + ff\n'
+        '        if self.normalisation == "sphere" and self.feedforward is None:\n'
+        "            out = _tangent(points, out)\n",
         "09_sphere",
     ),
     M(
         "sphere-projection-dropped",
         "layer on the sphere without the tangent projection (renormalisation only)",
         "layer.py",
-        "            out = tangent_projection(points, out)",
+        "            out = _tangent(points, out)",
         "            out = out",
         "09_sphere",
     ),

@@ -922,7 +922,7 @@ def test_every_variant_is_bitwise_equal_over_thread_counts_at_every_width(d, poo
     results = {}
     with threadpool_limits(2, user_api="blas"):
         for k in (1, 2):
-            K.set_num_threads(k)
+            tp.set_num_threads(k)
             for name, att in _variants_at(d, np.random.default_rng(d + 1)).items():
                 results.setdefault(name, []).append(att.velocity(mu))
     for name, (one, two) in results.items():

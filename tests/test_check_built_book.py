@@ -241,3 +241,17 @@ def test_the_self_test_book_breaks_the_content_rules_on_its_bad_page_only(tmp_pa
     assert Counter(rule for _, rule, _ in found) == Counter(["ctrlchar", "statement"])
     assert {page for page, _, _ in found} == {"chapters/bad.html"}
     assert expected["chapters/bad.html"]["mathjax"] == 1  # found in the browser (mjx-merror)
+
+
+def test_no_page_source_of_the_book_holds_a_control_character():
+    """The sources' side of [ctrlchar]: a literal backspace (a non-raw "\\beta") shows as a
+    MathJax "Math input error" in the built page."""
+    from tpde_book.ledger import toc_documents
+
+    found = []
+    for name in toc_documents(ROOT):
+        path = ROOT / (name if name.endswith(".md") else f"{name}.md")
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            found += [(name, m.group()) for m in cbb._CONTROL.finditer(text)]
+    assert not found, found

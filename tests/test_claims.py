@@ -355,3 +355,58 @@ def test_every_paper_claim_of_the_map_names_its_statement():
     claims = yaml.safe_load((ROOT / "claims_map.yml").read_text(encoding="utf-8"))["claims"]
     missing = [c["id"] for c in claims if c["status"] != "not-checkable" and not c.get("statement")]
     assert not missing, f"claims without a statement: label: {missing}"
+
+
+# --- the {check} role: a statement's link to its verdict box on the same page ------------------
+
+
+def _book_style_module():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        spec = importlib.util.spec_from_file_location("book_style", ROOT / "_ext" / "book_style.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "_ext"))
+    return module
+
+
+def _role_call(tmp_path, text):
+    from types import SimpleNamespace
+
+    from docutils.utils import Reporter
+
+    page = tmp_path / "ch.md"
+    page.write_text(
+        "```{code-cell} ipython3\nverdict('known-key', 'derived', 'S.', measured='m', value=1,"
+        " below=2, reason='r')\n```\n",
+        encoding="utf-8",
+    )
+    env = SimpleNamespace(app=SimpleNamespace(), docname="ch", doc2path=lambda doc: str(page))
+    reporter = Reporter("ch", Reporter.WARNING_LEVEL, Reporter.SEVERE_LEVEL + 1)
+
+    class Inliner:
+        document = SimpleNamespace(settings=SimpleNamespace(env=env))
+
+        def __init__(self):
+            self.reporter = reporter
+
+        def problematic(self, rawtext, text, msg):
+            return ("problematic", rawtext)
+
+    return _book_style_module().check_role("check", f"{{check}}`{text}`", text, 1, Inliner())
+
+
+def test_the_check_role_links_to_the_verdict_box_of_its_page(tmp_path):
+    (node,), messages = _role_call(tmp_path, "known-key")
+    assert not messages and node["refuri"] == "#verdict-known-key" and node.astext() == "known-key"
+    (node,), _ = _role_call(tmp_path, "its check <known-key>")
+    assert node["refuri"] == "#verdict-known-key" and node.astext() == "its check"
+
+
+def test_a_check_role_naming_no_verdict_of_its_page_is_an_error(tmp_path):
+    nodes_, messages = _role_call(tmp_path, "unknown-key")
+    assert nodes_[0][0] == "problematic" and "no verdict with key 'unknown-key'" in messages[0].astext()

@@ -30,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
 
 CLASS_FILE = Path(__file__).parent / "latex" / "tpdebook.cls"
@@ -86,15 +87,33 @@ def _latex_config(app, config):
 
 
 def _container_targets(app, doctree, docname):
-    """A LaTeX label for each container that has ids (Sphinx's writer labels sections and
-    targets, not containers), so references to them resolve. At ``doctree-resolved`` after the
-    ledger (which fills its cards then)."""
+    """A LaTeX label for each container (and statement block) that has ids (Sphinx's writer
+    labels sections and targets, not containers), so references to them resolve. At
+    ``doctree-resolved``, after the ledger fills its cards."""
     if app.builder.format != "latex":
         return
     for node in list(doctree.findall(nodes.container)):
         if node.get("ids"):
             node.insert(0, nodes.target("", "", ids=list(node["ids"])))
             node["ids"] = []
+    # a sphinx-proof block labels only its own :label: in LaTeX, and Sphinx's writer leaves the
+    # labels of a numbered block to its visitor: a target written just before the block
+    # (``(name)=``, whose id docutils moves onto it) gets its label here, as raw LaTeX
+    from sphinx_proof.nodes import NODE_TYPES, unenumerable_node
+
+    blocks = (unenumerable_node, *NODE_TYPES.values())
+    for node in list(doctree.findall(lambda n: isinstance(n, blocks))):
+        doc = node.parent
+        while doc is not None and not isinstance(doc, addnodes.start_of_file):
+            doc = doc.parent
+        docname = doc["docname"] if doc is not None else docname
+        labels = "".join(
+            rf"\phantomsection\label{{\detokenize{{{docname}:{i}}}}}"
+            for i in node.get("ids", [])
+            if i != node.get("label")  # its own label: sphinx-proof writes it
+        )
+        if labels:
+            node.parent.insert(node.parent.index(node), nodes.raw("", labels + "%\n", format="latex"))
 
 
 class ClaimLinks(SphinxPostTransform):

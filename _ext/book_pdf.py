@@ -136,7 +136,7 @@ def pdf_url(app):
 
 
 def _install_label(app):
-    """What a downloaded notebook's first cell installs, e.g. ``tpde_lib 1.1.1 (v1.1.1)``."""
+    """What a downloaded notebook's first cell installs, e.g. ``tpde_lib 1.2.0 (v1.2.0)``."""
     if not hasattr(app, "_tpde_install_label"):
         from download_setup import build_ref
 

@@ -64,7 +64,7 @@ from .transport import (
     wasserstein,
 )
 
-__version__ = "1.1.1"
+__version__ = "1.2.0"
 
 __all__ = [
     "Empirical",

@@ -967,6 +967,23 @@ MUTANTS = [
         "z = np.sort(z, axis=0)",
         "11_trained_transformer",
     ),
+    # ---- post (issue 38, chapters 4 and 6b): wrong versions of code chapters 9-10 do not run
+    M(
+        "coupled-distance-unsorted-positions",
+        "coupled Wasserstein distance pairing tokens in row order, not in position order",
+        "transport/_coupled.py",
+        'order = np.argsort(mu.positions, kind="stable")',
+        "order = np.arange(mu.positions.size)",
+        "04_masked_attention",
+    ),
+    M(
+        "sink-positions-at-midpoints",
+        "non-sink tokens at the midpoints (k - 1/2)/n of their cells instead of k/n",
+        "masked/_positions.py",
+        "positions = np.concatenate([np.zeros(n_sink), np.arange(1, n_rest + 1) / n_rest])",
+        "positions = np.concatenate([np.zeros(n_sink), (np.arange(1, n_rest + 1) - 0.5) / n_rest])",
+        "04_masked_attention",
+    ),
     # ---- NEW_MUTANTS_END
 ]
 

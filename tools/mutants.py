@@ -984,6 +984,14 @@ MUTANTS = [
         "positions = np.concatenate([np.zeros(n_sink), (np.arange(1, n_rest + 1) - 0.5) / n_rest])",
         "04_masked_attention",
     ),
+    M(
+        "histogram-fast-path-drops-V",
+        "the authors' protocol's covariance-only fast path for softmax with V = I, whatever V",
+        "official/_histograms.py",
+        "return lambda S: softmax_dcov(A, V, S)",
+        "return lambda S: softmax_dcov(A, np.broadcast_to(np.eye(A.shape[-1]), A.shape), S)",
+        "06b_clustering_general_v",
+    ),
     # ---- NEW_MUTANTS_END
 ]
 

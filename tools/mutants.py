@@ -727,8 +727,8 @@ MUTANTS = [
         "two-cluster-exponent-halved",
         "two-point-cluster ODE with the weight e^{-beta(1 - cos)/2}",
         "sphere.py",
-        "q = np.exp(-beta * (1.0 - np.cos(theta)))",
-        "q = np.exp(-0.5 * beta * (1.0 - np.cos(theta)))",
+        "e = beta * gap(theta)",
+        "e = 0.5 * beta * gap(theta)",
         "09_sphere",
     ),
     # ---- a Transformer layer (chapter 10: quantised Gaussian, closed forms vs the solver) ----
@@ -795,8 +795,8 @@ MUTANTS = [
         "two-cluster-masses-swapped",
         "two-point-cluster speed with each cluster pulled by its own mass, not the other's",
         "sphere.py",
-        "return np.sin(theta) * q * (m2 / (m1 + m2 * q) + m1 / (m2 + m1 * q))",
-        "return np.sin(theta) * q * (m1 / (m1 + m2 * q) + m2 / (m2 + m1 * q))",
+        "return math.exp(e - top) / (m2 / (m1 + m2 * q) + m1 / (m2 + m1 * q))",
+        "return math.exp(e - top) / (m1 / (m1 + m2 * q) + m2 / (m2 + m1 * q))",
         "09_sphere",
     ),
     M(

@@ -727,8 +727,8 @@ MUTANTS = [
         "two-cluster-exponent-halved",
         "two-point-cluster ODE with the weight e^{-beta(1 - cos)/2}",
         "sphere.py",
-        "q = np.exp(-beta * (1.0 - np.cos(theta)))",
-        "q = np.exp(-0.5 * beta * (1.0 - np.cos(theta)))",
+        "e = beta * gap(theta)",
+        "e = 0.5 * beta * gap(theta)",
         "09_sphere",
     ),
     # ---- a Transformer layer (chapter 10: quantised Gaussian, closed forms vs the solver) ----
@@ -795,8 +795,8 @@ MUTANTS = [
         "two-cluster-masses-swapped",
         "two-point-cluster speed with each cluster pulled by its own mass, not the other's",
         "sphere.py",
-        "return np.sin(theta) * q * (m2 / (m1 + m2 * q) + m1 / (m2 + m1 * q))",
-        "return np.sin(theta) * q * (m1 / (m1 + m2 * q) + m2 / (m2 + m1 * q))",
+        "return math.exp(e - top) / (m2 / (m1 + m2 * q) + m1 / (m2 + m1 * q))",
+        "return math.exp(e - top) / (m1 / (m1 + m2 * q) + m2 / (m2 + m1 * q))",
         "09_sphere",
     ),
     M(
@@ -966,6 +966,31 @@ MUTANTS = [
         "z = np.sort(z / sd, axis=0)",
         "z = np.sort(z, axis=0)",
         "11_trained_transformer",
+    ),
+    # ---- post (issue 38, chapters 4 and 6b): wrong versions of code chapters 9-10 do not run
+    M(
+        "coupled-distance-unsorted-positions",
+        "coupled Wasserstein distance pairing tokens in row order, not in position order",
+        "transport/_coupled.py",
+        'order = np.argsort(mu.positions, kind="stable")',
+        "order = np.arange(mu.positions.size)",
+        "04_masked_attention",
+    ),
+    M(
+        "sink-positions-at-midpoints",
+        "non-sink tokens at the midpoints (k - 1/2)/n of their cells instead of k/n",
+        "masked/_positions.py",
+        "positions = np.concatenate([np.zeros(n_sink), np.arange(1, n_rest + 1) / n_rest])",
+        "positions = np.concatenate([np.zeros(n_sink), (np.arange(1, n_rest + 1) - 0.5) / n_rest])",
+        "04_masked_attention",
+    ),
+    M(
+        "histogram-fast-path-drops-V",
+        "the authors' protocol's covariance-only fast path for softmax with V = I, whatever V",
+        "official/_histograms.py",
+        "return lambda S: softmax_dcov(A, V, S)",
+        "return lambda S: softmax_dcov(A, np.broadcast_to(np.eye(A.shape[-1]), A.shape), S)",
+        "06b_clustering_general_v",
     ),
     # ---- NEW_MUTANTS_END
 ]

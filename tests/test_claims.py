@@ -430,3 +430,15 @@ def test_the_check_role_links_to_the_verdict_box_of_its_page(tmp_path):
 def test_a_check_role_naming_no_verdict_of_its_page_is_an_error(tmp_path):
     nodes_, messages = _role_call(tmp_path, "unknown-key")
     assert nodes_[0][0] == "problematic" and "no verdict with key 'unknown-key'" in messages[0].astext()
+
+
+def test_a_value_is_never_shown_equal_to_a_bound_it_differs_from(capsys):
+    # three significant digits would print "1 ≤ 1" and "4.03×10^-4 ≤ 4.03×10^-4"
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=0.99962, at_most=1.0, reason="r")
+    assert "= 0.9996 ≤ 1 " in capsys.readouterr().out
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=4.0299e-4, at_most=4.03e-4, reason="r")
+    assert "= 4.0299×10^-4 ≤ 4.0300×10^-4 " in capsys.readouterr().out
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=1.0, at_most=1.0, reason="r")
+    assert "= 1 ≤ 1 " in capsys.readouterr().out  # equal: shown equal
+    tpde_book.verdict("ok-key", "derived", "x", measured="m", value=0.123456, below=0.5, reason="r")
+    assert "= 0.123 < 0.5 " in capsys.readouterr().out  # apart: three digits

@@ -89,8 +89,9 @@ _BOUNDS = {
 }
 
 
-def _number(x):
-    """A measured value or bound as the reader sees it (3 significant digits for floats)."""
+def _number(x, digits=3):
+    """A measured value or bound as the reader sees it (``digits`` significant digits for
+    floats, 3 unless a value and its bound would read alike)."""
     if isinstance(x, (bool, _np_bool_types())):
         return "yes" if x else "no"
     if isinstance(x, numbers.Integral):
@@ -102,9 +103,9 @@ def _number(x):
         if math.isinf(x):
             return "∞" if x > 0 else "−∞"
         if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
-            mant, exp = f"{x:.2e}".split("e")
+            mant, exp = f"{x:.{digits - 1}e}".split("e")
             return f"{mant}×10^{int(exp)}"
-        return f"{x:.3g}"
+        return f"{x:.{digits}g}"
     return str(x)
 
 
@@ -296,7 +297,14 @@ def verdict(
             raise ValueError(f"{name}= must not be NaN")
         if not _is_real(value):
             raise TypeError(f"value must be a real number to compare with {name}=, got {value!r}")
-        comparison = f"{symbol} {_number(bound)}"
+        digits = 3
+        # a value that differs from its bound is never shown equal to it ("1 <= 1")
+        while (
+            digits < 9 and float(value) != float(bound) and _number(value, digits) == _number(bound, digits)
+        ):
+            digits += 1
+        shown = _number(value, digits)
+        comparison = f"{symbol} {_number(bound, digits)}"
         passed = bool(test(float(value), float(bound)))
     else:
         if not isinstance(holds, (bool, *_np_bool_types())):

@@ -31,20 +31,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_at_least, as_count, as_flag, as_float_array, as_positive, as_seed, as_times
 
-__all__ = [
-    "renyi_centers",
-    "mode_rates",
-    "correlation_closed_form",
-    "retrieval_profile",
-    "retrieval_threshold",
-    "correlation_linear",
-    "circle_field",
-    "circle_simulate",
-    "Retrieval",
-    "circle_retrieval",
-]
-
-
 # ---- leaders: the sequential packing of the tokens ------------------------------------------
 
 

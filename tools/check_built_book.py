@@ -713,7 +713,8 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
     good = _page(
         '<article class="bd-article"><h1>Good</h1>'
         + statement
-        + '<p>Tab\tand&#10;newline &#x9; pass; so does <span class="math">\\(\\beta\\)</span>.</p>'
+        + '<p>Tab\tand&#10;newline &#x9; pass; so does <span class="math">\\(\\beta\\)'
+        "<mjx-container>β</mjx-container></span> (rendered: the fixture has no MathJax).</p>"
         + _prose(30)
         + '<div class="cell"><div class="cell_input"><pre>x = 1</pre></div>'
         f'<div class="cell_output"><div class="output"><pre style="white-space: pre-wrap">{long_line}'

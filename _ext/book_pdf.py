@@ -27,6 +27,7 @@ Outputs choose their own printed face: a verdict and a panel carry a ``text/mark
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from docutils import nodes
@@ -175,9 +176,32 @@ def _header_buttons(app, pagename, templatename, context, doctree):
             )
 
 
+def _proof_labels_of_sections(app, exception):
+    """sphinx-proof labels a block as ``docname:label`` with the document whose section title
+    it finds; in a document included as a section of another (chapter 6b) it finds none and
+    writes ``None:label``, which no reference names. The registry of the blocks knows each
+    label's document: the LaTeX sources are mended with it before LaTeX runs."""
+    if exception is not None or app.builder.format != "latex":
+        return
+    proofs = getattr(app.env, "proof_list", {})
+
+    def mend(match):
+        entry = proofs.get(match.group(1))
+        if entry is None:
+            return match.group(0)
+        return "\\label{" + f"{entry['docname']}:{match.group(1)}" + "}"
+
+    for tex in Path(app.outdir).glob("*.tex"):
+        text = tex.read_text(encoding="utf-8")
+        mended = re.sub(r"\\label\{None:([^}]+)\}", mend, text)
+        if mended != text:
+            tex.write_text(mended, encoding="utf-8")
+
+
 def setup(app):
     app.connect("config-inited", _latex_config, priority=900)
     app.connect("html-page-context", _header_buttons, priority=600)
     app.connect("doctree-resolved", _container_targets, priority=900)
+    app.connect("build-finished", _proof_labels_of_sections)
     app.add_post_transform(ClaimLinks)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -24,6 +24,7 @@ import hashlib
 import importlib.metadata
 import json
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,10 @@ KEY = "tpde_fingerprint"
 PACKAGES = ("tpde_lib", "tpde_book")
 #: the folder that jupyter-book gives jupyter-cache (``_build/.jupyter_cache``)
 CACHE = Path("_build") / ".jupyter_cache"
+#: the files that pin the book's environment (README command 1 installs them)
+PIN_FILES = tuple(
+    Path(__file__).resolve().parents[1] / f for f in ("requirements.txt", "requirements-model.txt")
+)
 
 
 _PROBE = (
@@ -53,14 +58,37 @@ def package_dirs(packages=PACKAGES, cwd="."):
     return [Path(p).resolve() for p in json.loads(out)]
 
 
+def pinned_names(files=PIN_FILES):
+    """The distributions the book's environment pins (one ``name==version`` a line of
+    ``files``; comments, options and local paths skipped), normalised as in PEP 503."""
+    names = set()
+    for file in files:
+        for line in file.read_text().splitlines():
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^]]*\])?\s*==", line)
+            if m:
+                names.add(re.sub(r"[-_.]+", "-", m.group(1)).lower())
+    return sorted(names)
+
+
+def _installed_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
 def fingerprint(cwd=".", packages=PACKAGES):
     """SHA-256 of what a chapter's kernel started in ``cwd`` runs besides the chapter: the
-    Python version, every installed distribution with its version, and every file (path and
-    bytes) of ``packages`` where that kernel imports them from (``__pycache__`` excluded)."""
+    Python version, the installed version of every distribution the book's environment pins
+    (:data:`PIN_FILES`), and every file (path and bytes) of ``packages`` where that kernel
+    imports them from (``__pycache__`` excluded).
+
+    Tools installed beside the book (the browser check's Playwright, the release checks) are
+    not pinned there and leave the fingerprint, so the executions stored by a build, alone;
+    a pinned distribution at another version, or absent, changes it."""
     h = hashlib.sha256()
     h.update(f"{sys.version}|{platform.platform()}\n".encode())
-    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()})
-    h.update("\n".join(dists).encode())
+    h.update("\n".join(f"{n}=={_installed_version(n)}" for n in pinned_names()).encode())
     for name, root in zip(packages, package_dirs(packages, cwd)):
         for path in sorted(root.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:

@@ -172,3 +172,25 @@ def test_stored_cell_tagged_raises_exception_must_show_an_error(pytester):
     result = pytester.runpytest(*ARGS, "-rf")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*bad.md*raises-exception*"])
+
+
+def test_fingerprint_follows_the_pinned_environment_only(tmp_path, monkeypatch):
+    """A tool installed beside the book (Playwright for the browser check) leaves the stored
+    executions valid; a pinned distribution at another version, or missing, invalidates them."""
+    from tests.nbmyst import execution_cache as ec
+
+    pins = tmp_path / "requirements.txt"
+    pins.write_text("# a comment\nNumPy==2.0.0\nsphinx_proof[x] == 0.4.0\n-e .\n./_ext\n")
+    assert ec.pinned_names((pins,)) == ["numpy", "sphinx-proof"]
+
+    installed = {"numpy": "2.0.0", "sphinx-proof": "0.4.0", "playwright": "1.0"}
+    monkeypatch.setattr(ec, "pinned_names", lambda files=ec.PIN_FILES: ["numpy", "sphinx-proof"])
+    monkeypatch.setattr(ec, "_installed_version", lambda name: installed.get(name, "absent"))
+    before = ec.fingerprint(tmp_path)
+    installed["playwright"] = "2.0"
+    installed["greenlet"] = "3.0"
+    assert ec.fingerprint(tmp_path) == before
+    installed["numpy"] = "2.0.1"
+    assert ec.fingerprint(tmp_path) != before
+    del installed["numpy"]
+    assert ec.fingerprint(tmp_path) != before

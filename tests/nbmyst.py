@@ -11,7 +11,7 @@ Enabled with ``-p tests.nbmyst`` (see ``addopts`` in ``pyproject.toml``) togethe
 Each chapter executes once per CI run: when the book build's jupyter-cache
 (``_build/.jupyter_cache``) holds an execution of the chapter's current source made with the
 current code (same jupyter-cache hash, same fingerprint of ``tpde_lib``, ``tpde_book``, the
-installed packages and Python: ``_ext/execution_cache.py``), the chapter's items check that
+versions of the pinned packages, and Python: ``_ext/execution_cache.py``), the chapter's items check that
 stored execution instead of running the kernel again: ``Cell N`` passes when the stored cell
 shows no error (a cell tagged ``raises-exception`` must show one), and ``widget outputs``
 fails on an error captured inside a widget (an ``interact`` callback that raised, which the

@@ -514,7 +514,7 @@ def test_interaction_energy_is_not_convex_along_a_translation_geodesic():
 
 def test_bad_arguments_raise_named_errors():
     mu = Empirical(np.zeros((3, 2)))
-    with pytest.raises(ValueError, match="A"):
+    with pytest.raises(ValueError, match=r"^A must have shape \(2, 2\)"):
         en.sinkhorn_energy(mu, np.eye(3))
     with pytest.raises(ValueError, match="eps"):
         en.sinkhorn_energy_gaussian(COV, A_SYM, eps=0.0)

@@ -130,7 +130,7 @@ def test_steering_refuses_a_target_of_another_rank_and_bad_arguments():
     line = np.array([[1.0, 1.0], [1.0, 1.0]])
     with pytest.raises(ValueError, match="rank"):
         tp.gaussian.steer_covariance(att, line, np.eye(2), T=1.0)
-    with pytest.raises(ValueError, match="T"):
+    with pytest.raises(ValueError, match=r"^T must be a finite positive number"):
         tp.gaussian.steer_covariance(att, np.eye(2), np.eye(2), T=0.0)
     with pytest.raises((ValueError, TypeError), match="pieces"):
         tp.gaussian.steer_covariance(att, np.eye(2), np.eye(2), T=1.0, pieces=0)

@@ -110,3 +110,24 @@ def test_a_module_of_the_former_cycle_imports_first_in_a_fresh_process(module):
     code = _FIRST_IMPORTS.format(names=[module], lib=str(LIB))
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+
+
+def test_each_public_name_of_a_package_is_written_once():
+    """A subpackage's ``__init__`` imports its public names; its ``__all__`` is derived from
+    them (``_exports.public_names``), never written out a second time, and every name it
+    exports is one its ``__init__`` bound."""
+    import importlib
+    import types
+
+    packages = sorted(p.parent.name for p in LIB.glob("*/__init__.py"))
+    assert {"attention", "gaussian", "viz"} <= set(packages)
+    for name in packages:
+        source = (LIB / name / "__init__.py").read_text()
+        assert "__all__ = [" not in source, f"tpde_lib.{name} writes its __all__ out"
+        mod = importlib.import_module(f"tpde_lib.{name}")
+        bound = [
+            n
+            for n, obj in vars(mod).items()
+            if not n.startswith("_") and not isinstance(obj, types.ModuleType)
+        ]
+        assert mod.__all__ == bound and mod.__all__, name

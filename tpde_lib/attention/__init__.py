@@ -30,6 +30,7 @@ time and the field it gets back, :func:`kernel_sums` its arrays; the steps insid
 ``field``, the engine's private entry ``_kernels.engine_sums``) trust their inputs.
 """
 
+from .._exports import public_names as _public_names
 from .._threads import get_num_threads, set_num_threads
 from ._base import PROTOCOL, Attention, GaussianClosure
 from ._bilinear import Linear, Sigmoid, Softmax, Unnormalised
@@ -37,23 +38,7 @@ from ._composite import L2, MultiHead
 from ._kernels import KERNELS, kernel_sums
 from ._sinkhorn import Sinkhorn, sinkhorn_potentials
 
-__all__ = [
-    "Attention",
-    "GaussianClosure",
-    "PROTOCOL",
-    "kernel_sums",
-    "KERNELS",
-    "set_num_threads",
-    "get_num_threads",
-    "Softmax",
-    "MultiHead",
-    "L2",
-    "Sinkhorn",
-    "Sigmoid",
-    "Linear",
-    "Unnormalised",
-    "sinkhorn_potentials",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order
 
 # documented here (the API reference, pickling): defined in the base layer's tpde_lib._threads
 set_num_threads.__module__ = get_num_threads.__module__ = __name__

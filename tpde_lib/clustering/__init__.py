@@ -24,6 +24,7 @@ Modules: ``_analysis`` (ranks, limits, Lyapunov functions, outcomes, the phase p
 ``_general_v`` (ensembles, surveys, counterexamples, the lower bound, the change of variables).
 """
 
+from .._exports import public_names as _public_names
 from .._linalg import numerical_rank
 from ._analysis import (
     BLOWS_UP,
@@ -49,25 +50,4 @@ from ._general_v import (
     sign_condition_counterexamples,
 )
 
-__all__ = [
-    "numerical_rank",
-    "predicted_limit_rank",
-    "lyapunov",
-    "lyapunov_matrix",
-    "CONVERGES",
-    "BLOWS_UP",
-    "GROWS",
-    "OUTCOME_NAMES",
-    "classify_outcome",
-    "PhaseDiagram",
-    "phase_diagram",
-    "random_value_matrices",
-    "pairs_with_sign_condition",
-    "BlowupSurvey",
-    "blowup_survey",
-    "ensemble_survey",
-    "Counterexamples",
-    "sign_condition_counterexamples",
-    "blowup_time_lower_bound",
-    "congruence",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

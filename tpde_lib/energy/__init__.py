@@ -29,6 +29,7 @@ Conventions: score :math:`\langle Ax,y\rangle = y^\top Ax`, :math:`\Sigma` a cov
 :math:`\alpha` a mean, :math:`\varepsilon > 0` the entropic temperature.
 """
 
+from .._exports import public_names as _public_names
 from ._gaussian import (
     bures_wasserstein_gradient_flow_rhs,
     gaussian_metric,
@@ -54,23 +55,4 @@ from ._witnesses import (
     velocity_jacobian,
 )
 
-__all__ = [
-    "sinkhorn_energy",
-    "partition_function",
-    "interaction_energy",
-    "mobility",
-    "dissipation",
-    "sinkhorn_energy_gaussian",
-    "sinkhorn_energy_gradient_gaussian",
-    "bures_wasserstein_gradient_flow_rhs",
-    "interaction_energy_gaussian",
-    "gaussian_metric",
-    "velocity_jacobian",
-    "symmetry_defect",
-    "configuration_gradient",
-    "frobenius_gradient",
-    "energy_along_geodesic",
-    "second_differences",
-    "search_geodesic_convexity",
-    "ConvexitySearch",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

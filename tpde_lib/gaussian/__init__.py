@@ -41,6 +41,7 @@ array([[2., 0.],
 """
 
 from .._closures import l2_rhs, linear_rhs, multihead_rhs, sinkhorn_gain, sinkhorn_rhs, softmax_rhs
+from .._exports import public_names as _public_names
 from ._closed_forms import (
     scalar_closed_form,
     softmax_blowup_time,
@@ -52,26 +53,4 @@ from ._defect import affine_defect, gauss_hermite
 from ._layer import layer_blowup_time, layer_closed_form, layer_equilibrium, steer_covariance
 from ._solve import GaussianBatch, GaussianTrajectory, simulate_gaussian, simulate_gaussian_batch
 
-__all__ = [
-    "softmax_rhs",
-    "multihead_rhs",
-    "l2_rhs",
-    "sinkhorn_rhs",
-    "linear_rhs",
-    "sinkhorn_gain",
-    "covariance_rhs",
-    "GaussianTrajectory",
-    "GaussianBatch",
-    "simulate_gaussian",
-    "simulate_gaussian_batch",
-    "affine_defect",
-    "gauss_hermite",
-    "softmax_identity_V_closed_form",
-    "softmax_blowup_time",
-    "softmax_limit_cov",
-    "scalar_closed_form",
-    "layer_closed_form",
-    "layer_blowup_time",
-    "layer_equilibrium",
-    "steer_covariance",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

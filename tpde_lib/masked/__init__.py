@@ -20,6 +20,7 @@ sweeps), ``_causal`` (causal attention: Rényi centres, the dynamics on the circ
 retrieval profile of iid tokens).
 """
 
+from .._exports import public_names as _public_names
 from ._bounds import (
     hardy_constant,
     linear_sink_response,
@@ -50,32 +51,4 @@ from ._positions import (
 )
 from ._sensitivity import Sensitivity, fit_exponent, prefix_sweep, sensitivity, sink_mass_sweep
 
-__all__ = [
-    "sink_positions",
-    "with_sink",
-    "sink_mass",
-    "position_marginal",
-    "shift_prefix",
-    "sink_attention_share",
-    "prefix_average_matrix",
-    "lp_operator_norm",
-    "hardy_constant",
-    "masked_lipschitz_constant",
-    "masked_stability_constant",
-    "linear_sink_response",
-    "Sensitivity",
-    "sensitivity",
-    "sink_mass_sweep",
-    "prefix_sweep",
-    "fit_exponent",
-    "renyi_centers",
-    "mode_rates",
-    "correlation_closed_form",
-    "retrieval_profile",
-    "retrieval_threshold",
-    "correlation_linear",
-    "circle_field",
-    "circle_simulate",
-    "Retrieval",
-    "circle_retrieval",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

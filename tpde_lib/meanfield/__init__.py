@@ -27,20 +27,10 @@ The exponent of an exact power law, with its confidence interval:
 (1000, 2)
 """
 
+from .._exports import public_names as _public_names
 from ._affine import AffineFlow, gaussian_affine_flow
 from ._rates import RateFit, coupling_distance, fit_rate, moment_errors
 from ._samplers import sunflower, uniform_disk
 from ._step_order import StepOrder, step_order
 
-__all__ = [
-    "uniform_disk",
-    "sunflower",
-    "AffineFlow",
-    "gaussian_affine_flow",
-    "coupling_distance",
-    "moment_errors",
-    "RateFit",
-    "fit_rate",
-    "StepOrder",
-    "step_order",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

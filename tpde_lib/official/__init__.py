@@ -24,6 +24,7 @@ The settings of one panel of the authors' rank histograms, and its committed res
 True
 """
 
+from .._exports import public_names as _public_names
 from ._cache import (
     HISTOGRAM_CACHE,
     PANELS,
@@ -51,35 +52,4 @@ from ._projected_euler import ProjectedEulerResult, projected_euler
 from ._runs import EulerRun, EulerSettings, run_paper_euler
 from ._variants import VARIANTS, paper_attention, paper_parameters, paper_rhs
 
-__all__ = [
-    "ProjectedEulerResult",
-    "projected_euler",
-    "EulerSettings",
-    "EulerRun",
-    "run_paper_euler",
-    "VARIANTS",
-    "LABELS",
-    "paper_parameters",
-    "paper_attention",
-    "paper_rhs",
-    "PaperExperiment",
-    "paper_experiment",
-    "HistogramSetting",
-    "histogram_setting",
-    "histogram_inits",
-    "HistogramRun",
-    "paper_histogram_ranks",
-    "EulerBudgetRun",
-    "histogram_euler_budget",
-    "AccurateLimits",
-    "histogram_accurate",
-    "PairedRanks",
-    "paired_ranks",
-    "HISTOGRAM_CACHE",
-    "PANELS",
-    "CachedPanel",
-    "CacheCheck",
-    "load_histogram_cache",
-    "write_histogram_cache",
-    "check_cached_histogram",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

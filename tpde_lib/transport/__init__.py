@@ -6,6 +6,7 @@ mean-field limit, positions matched by their quantiles), ``_gaussian`` (Bures–
 maps and geodesics, and the twisted distances of a constant mobility).
 """
 
+from .._exports import public_names as _public_names
 from ._coupled import coupled_wasserstein, position_quantile_pieces
 from ._gaussian import (
     bures_wasserstein_geodesic,
@@ -23,18 +24,4 @@ from ._wasserstein import (
     wasserstein,
 )
 
-__all__ = [
-    "wasserstein",
-    "bures_wasserstein",
-    "conditional_wasserstein",
-    "MARGINAL_TOL",
-    "coupled_wasserstein",
-    "position_quantile_pieces",
-    "fibre_distances",
-    "sup_fibre_distance",
-    "bures_wasserstein_map",
-    "bures_wasserstein_geodesic",
-    "twisted_wasserstein",
-    "twisted_bures_wasserstein",
-    "twisted_bures_wasserstein_geodesic",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

@@ -9,6 +9,7 @@ when it is called). ``tpde_lib`` imports this package on first use (``tp.viz``),
 ``import tpde_lib`` loads no matplotlib.
 """
 
+from .._exports import public_names as _public_names
 from ._animation import animation_html
 from .clouds import animate_clouds, cloud_panels, common_limits, initial_angle, plot_cloud, plot_paths
 from .cone import (
@@ -22,27 +23,4 @@ from .cone import (
 from .ellipses import draw_ellipse, draw_ellipses, ellipse_points
 from .style import COLUMN_INCHES, DPI, PALETTE, book_style, subplots, use_book_style
 
-__all__ = [
-    "plot_cloud",
-    "plot_paths",
-    "initial_angle",
-    "common_limits",
-    "cloud_panels",
-    "animate_clouds",
-    "animation_html",
-    "as_paths",
-    "path_colours",
-    "draw_cone",
-    "plot_cone_trajectories",
-    "plot_disk_trajectories",
-    "plot_rank_histograms",
-    "ellipse_points",
-    "draw_ellipse",
-    "draw_ellipses",
-    "COLUMN_INCHES",
-    "DPI",
-    "PALETTE",
-    "book_style",
-    "use_book_style",
-    "subplots",
-]
+__all__ = _public_names(globals())  # the names imported above, in that order

@@ -9,6 +9,7 @@ stands in for ``tpde_lib``, as in ``tests/test_attention.py``).
 """
 
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -123,7 +124,7 @@ def test_each_public_name_of_a_package_is_written_once():
     assert {"attention", "gaussian", "viz"} <= set(packages)
     for name in packages:
         source = (LIB / name / "__init__.py").read_text()
-        assert "__all__ = [" not in source, f"tpde_lib.{name} writes its __all__ out"
+        assert not re.search(r'__all__ = \[\s*"', source), f"tpde_lib.{name} writes its __all__ out"
         mod = importlib.import_module(f"tpde_lib.{name}")
         bound = [
             n
@@ -131,3 +132,9 @@ def test_each_public_name_of_a_package_is_written_once():
             if not n.startswith("_") and not isinstance(obj, types.ModuleType)
         ]
         assert mod.__all__ == bound and mod.__all__, name
+    # the root: the names it imports, then the three subpackages of the public API
+    root = (LIB / "__init__.py").read_text()
+    assert not re.search(r'__all__ = \[\s*"', root)
+    names = [n for n, obj in vars(tpde_lib).items() if not n.startswith("_")]
+    imported = [n for n in names if not isinstance(getattr(tpde_lib, n), types.ModuleType)]
+    assert tpde_lib.__all__ == [*imported, "official", "meanfield", "sphere"]

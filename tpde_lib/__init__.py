@@ -29,6 +29,7 @@ imported on first access, ``tp.energy`` or ``tp.viz``, so that ``import tpde_lib
 import importlib
 
 from . import official
+from ._exports import public_names as _public_names
 from .attention import (
     L2,
     Attention,
@@ -66,45 +67,9 @@ from .transport import (
 
 __version__ = "1.2.0"
 
-__all__ = [
-    "Empirical",
-    "Gaussian",
-    "Attention",
-    "GaussianClosure",
-    "kernel_sums",
-    "set_num_threads",
-    "get_num_threads",
-    "Softmax",
-    "MultiHead",
-    "L2",
-    "Sinkhorn",
-    "Sigmoid",
-    "Linear",
-    "Unnormalised",
-    "sinkhorn_potentials",
-    "simulate",
-    "Trajectory",
-    "simulate_batch",
-    "Ensemble",
-    "simulate_gaussian",
-    "simulate_gaussian_batch",
-    "GaussianTrajectory",
-    "GaussianBatch",
-    "affine_defect",
-    "Layer",
-    "AffineFeedForward",
-    "to_sphere",
-    "tangent_projection",
-    "sphere",
-    "solve_batch",
-    "projected_euler",
-    "official",
-    "meanfield",
-    "wasserstein",
-    "bures_wasserstein",
-    "conditional_wasserstein",
-    "coupled_wasserstein",
-]
+#: the root API: every name imported above (in that order), and three subpackages reached as
+#: ``tp.official``, ``tp.meanfield``, ``tp.sphere`` (the other subpackages: ``tp.<name>``)
+__all__ = [*_public_names(globals()), "official", "meanfield", "sphere"]
 
 #: subpackages imported on first access (PEP 562), ``tp.meanfield`` etc.
 _LAZY = (

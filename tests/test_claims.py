@@ -442,3 +442,15 @@ def test_a_value_is_never_shown_equal_to_a_bound_it_differs_from(capsys):
     assert "= 1 ≤ 1 " in capsys.readouterr().out  # equal: shown equal
     tpde_book.verdict("ok-key", "derived", "x", measured="m", value=0.123456, below=0.5, reason="r")
     assert "= 0.123 < 0.5 " in capsys.readouterr().out  # apart: three digits
+
+
+def test_the_top_level_documents_of_the_toc_leave_sections_and_globs_out(tmp_path):
+    from tpde_book.ledger import toc_documents, toc_top_documents
+
+    top = toc_top_documents(ROOT / "_toc.yml")
+    assert top[0] == "intro" and "chapters/06_clustering" in top and "api/index" in top
+    assert "chapters/06b_clustering_general_v" not in top  # a section of chapter 6
+    assert set(top) < set(toc_documents(ROOT)) and len(top) == len(set(top))
+    flat = "format: jb-book\nroot: a\nchapters:\n- file: b\n  sections:\n  - file: c\n"
+    (tmp_path / "_toc.yml").write_text(flat)
+    assert toc_top_documents(tmp_path / "_toc.yml") == ["a", "b"]

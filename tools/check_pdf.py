@@ -43,7 +43,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
+from tpde_book.ledger import toc_top_documents
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PDF = ROOT / "_build" / "latex" / "tpde-book.pdf"
@@ -57,15 +57,6 @@ _UNDEFINED = re.compile(
     r"^LaTeX Warning: (Reference|Citation|Hyper reference) `[^']*' on page \S+\s+undefined", re.M
 )
 _MISSING = re.compile(r"^Missing character: There is no (.+?) in font (.+?)!?$", re.M)
-
-
-def toc_chapters(toc_path: Path) -> list[str]:
-    """The root file and each part's ``chapters`` files of a jupyter-book ``_toc.yml``."""
-    toc = yaml.safe_load(Path(toc_path).read_text(encoding="utf-8"))
-    files = [toc["root"]]
-    for part in toc.get("parts", [{"chapters": toc.get("chapters", [])}]):
-        files += [c["file"] for c in part.get("chapters", []) if "file" in c]
-    return files
 
 
 def title_of(source: Path) -> str:
@@ -130,7 +121,7 @@ def check(pdf: Path, toc: Path, max_mb: float, log: Path | None = None) -> tuple
     facts["pages"] = len(pages)
     keys = [_key(p) for p in pages]
     root = Path(toc).parent
-    titles = {name: title_of(_source(root, name)) for name in toc_chapters(toc)}
+    titles = {name: title_of(_source(root, name)) for name in toc_top_documents(toc)}
     tkeys = {name: _title_keys(t) for name, t in titles.items()}
     contents = {i for i, k in enumerate(keys) if sum(_on(t, k) for t in tkeys.values()) > CONTENTS_PAGE}
     for name, t in tkeys.items():

@@ -13,7 +13,7 @@ from pathlib import Path
 import jupytext
 import yaml
 
-__all__ = ["toc_documents", "toc_chapters", "slug", "calls_in", "collect"]
+__all__ = ["toc_documents", "toc_top_documents", "toc_chapters", "slug", "calls_in", "collect"]
 
 _ARGS = ("key", "status", "statement", "value", "claim", "kind")
 _LITERAL = ("key", "status", "statement", "claim", "kind")
@@ -35,6 +35,16 @@ def toc_documents(root):
                 walk(item)
 
     walk(toc)
+    return names
+
+
+def toc_top_documents(toc_path):
+    """The root document and each part's chapters of the ``_toc.yml`` at ``toc_path`` (their
+    sections and globs left out), in book order: the book's chapters as a PDF has them."""
+    toc = yaml.safe_load(Path(toc_path).read_text(encoding="utf-8")) or {}
+    names = [toc["root"]] if "root" in toc else []
+    for part in toc.get("parts") or [{"chapters": toc.get("chapters", [])}]:
+        names += [c["file"] for c in part.get("chapters", []) if "file" in c]
     return names
 
 

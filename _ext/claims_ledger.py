@@ -35,7 +35,7 @@ from docutils import nodes
 from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 
-from tpde_book import BADGES, COUNTEREXAMPLE, KEY_PREFIX, MIME, STATUSES
+from tpde_book import BADGES, COUNTEREXAMPLE, KEY_PREFIX, MIME, POWER, STATUSES
 from tpde_book.ledger import collect
 
 #: statuses of the paper's claims in the map (those of the checks, plus "not checkable")
@@ -193,6 +193,18 @@ def _mark(ok, status, kind):
     return f"{COUNTEREXAMPLE} · " if kind == "test" and status == "fails" else "✔ "
 
 
+def _with_powers(text):
+    """Text and superscript nodes for a measured value ("1.7×10^-8": the exponent raised)."""
+    parts = POWER.split(text)  # text, exponent, text, ...
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out += ["×10", nodes.superscript(part, part.replace("-", "−"))]
+        elif part:
+            out.append(part)
+    return out
+
+
 def _check_item(app, docname, c, passed):
     """One check as a line: mark, status badge, statement, measured value, where."""
     ok = c["key"] in passed
@@ -211,7 +223,7 @@ def _check_item(app, docname, c, passed):
     item += para
     detail = [nodes.literal(c["key"], c["key"]), " · "]
     if ok and value not in (None, "None"):
-        detail += [f"measured {value}", " · "]
+        detail += ["measured ", *_with_powers(value), " · "]
     detail.append(_link(app, docname, c))
     item += _para(*detail, classes=["tpde-check-detail"])
     return item

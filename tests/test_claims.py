@@ -454,3 +454,26 @@ def test_the_top_level_documents_of_the_toc_leave_sections_and_globs_out(tmp_pat
     flat = "format: jb-book\nroot: a\nchapters:\n- file: b\n  sections:\n  - file: c\n"
     (tmp_path / "_toc.yml").write_text(flat)
     assert toc_top_documents(tmp_path / "_toc.yml") == ["a", "b"]
+
+
+def test_a_power_of_ten_is_shown_with_a_raised_exponent(capsys):
+    """No caret on the page: "1.70×10^-8" is the plain-text form; the box and the ledger raise
+    the exponent (HTML <sup>, a docutils superscript), the printed book writes TeX."""
+    import importlib.util
+
+    from docutils import nodes
+
+    spec = importlib.util.spec_from_file_location("claims_ledger", ROOT / "_ext" / "claims_ledger.py")
+    claims_ledger = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims_ledger)
+
+    shown = tpde_book._number(1.7e-8) + " < " + tpde_book._number(1e-6)
+    assert shown == "1.70×10^-8 < 1.00×10^-6"
+    assert tpde_book._number_html(shown) == "1.70×10<sup>−8</sup> &lt; 1.00×10<sup>−6</sup>"
+    parts = claims_ledger._with_powers(shown)
+    assert [p.astext() for p in parts if isinstance(p, nodes.superscript)] == ["−8", "−6"]
+    assert "^" not in "".join(p if isinstance(p, str) else p.astext() for p in parts)
+    payload = {"key": "k", "status": "derived", "claim": None, "kind": "test", "statement": "s"}
+    box = tpde_book._verdict_html(payload, "error", "1.70×10^-8", "< 1.00×10^-6", "why")
+    assert "^" not in box and "×10<sup>−8</sup>" in box
+    assert "$\\times 10^{-8}$" in tpde_book._verdict_markdown(payload, "error", "1.70×10^-8", "", "r")

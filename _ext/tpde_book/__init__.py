@@ -109,6 +109,18 @@ def _number(x, digits=3):
     return str(x)
 
 
+#: a power of ten as :func:`_number` writes it ("1.7×10^-8"); the exponent is group 1
+POWER = re.compile(r"×10\^(-?\d+)")
+
+
+def _number_html(text):
+    """HTML of a shown number or comparison: a power of ten's exponent as a superscript
+    ("1.7×10<sup>−8</sup>")."""
+    import html
+
+    return POWER.sub(lambda m: f"×10<sup>{m.group(1).replace('-', '−')}</sup>", html.escape(text))
+
+
 def _is_real(x):
     """A real number (int, float, numpy scalar), not a bool (numpy's included) nor a string."""
     return isinstance(x, numbers.Real) and not isinstance(x, (bool, *_np_bool_types()))
@@ -144,8 +156,6 @@ COUNTEREXAMPLE = "counterexample confirmed"
 def _verdict_html(payload, measured, shown, comparison, reason):
     """The verdict box: the statement, the measured value and its bound visible; the reason for
     the bound (and the wrong formula it rejects) folded under them."""
-    import html
-
     status, claim = payload["status"], payload["claim"]
     kind = payload["kind"]
     badge = BADGES[status] if kind == "test" else KINDS[kind]
@@ -156,9 +166,9 @@ def _verdict_html(payload, measured, shown, comparison, reason):
         claim_html = (
             f' <a class="tpde-badge tpde-claim" href="../claims.html#claim-{claim.lower()}">{claim}</a>'
         )
-    measure = f"{_math_html(measured)}: <strong>{html.escape(shown)}</strong>"
+    measure = f"{_math_html(measured)}: <strong>{_number_html(shown)}</strong>"
     if comparison:
-        measure += f" {html.escape(comparison)}"
+        measure += f" {_number_html(comparison)}"
     if counter:
         measure = f'<span class="tpde-verdict-counter">{COUNTEREXAMPLE}</span> · {measure}'
         mark = '<span class="tpde-verdict-mark tpde-verdict-mark-counter" aria-hidden="true">⚑</span>'
@@ -203,7 +213,7 @@ def _verdict_markdown(payload, measured, shown, comparison, reason):
     badges += f"{{claim}}`{claim}` " if claim is not None else ""
 
     def number(text):  # "1.7×10^-8" as TeX
-        return re.sub(r"×10\^(-?\d+)", r"$\\times 10^{\1}$", _md_text(text))
+        return POWER.sub(r"$\\times 10^{\1}$", _md_text(text))
 
     measure = f"{_md_text(measured)}: **{number(shown)}**" + (f" {number(comparison)}" if comparison else "")
     return (

@@ -28,42 +28,40 @@ imported on first access, ``tp.energy`` or ``tp.viz``, so that ``import tpde_lib
 
 import importlib
 
-from . import official
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from ._exports import public_names as _public_names
+from .measures import Empirical, Gaussian
 from .attention import (
-    L2,
     Attention,
     GaussianClosure,
-    Linear,
-    MultiHead,
-    Sigmoid,
-    Sinkhorn,
-    Softmax,
-    Unnormalised,
-    get_num_threads,
     kernel_sums,
     set_num_threads,
+    get_num_threads,
+    Softmax,
+    MultiHead,
+    L2,
+    Sinkhorn,
+    Sigmoid,
+    Linear,
+    Unnormalised,
     sinkhorn_potentials,
 )
-from .ensembles import Ensemble, simulate_batch
+from .particles import simulate, Trajectory
+from .ensembles import simulate_batch, Ensemble
 from .gaussian import (
-    GaussianBatch,
-    GaussianTrajectory,
-    affine_defect,
     simulate_gaussian,
     simulate_gaussian_batch,
+    GaussianTrajectory,
+    GaussianBatch,
+    affine_defect,
 )
+from .layer import Layer, AffineFeedForward, to_sphere, tangent_projection
 from .integrate import solve_batch
-from .layer import AffineFeedForward, Layer, tangent_projection, to_sphere
-from .measures import Empirical, Gaussian
 from .official import projected_euler
-from .particles import Trajectory, simulate
-from .transport import (
-    bures_wasserstein,
-    conditional_wasserstein,
-    coupled_wasserstein,
-    wasserstein,
-)
+from . import official
+from .transport import wasserstein, bures_wasserstein, conditional_wasserstein, coupled_wasserstein
+# isort: on
 
 __version__ = "1.2.0"
 

@@ -30,13 +30,18 @@ time and the field it gets back, :func:`kernel_sums` its arrays; the steps insid
 ``field``, the engine's private entry ``_kernels.engine_sums``) trust their inputs.
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
-from .._threads import get_num_threads, set_num_threads
-from ._base import PROTOCOL, Attention, GaussianClosure
-from ._bilinear import Linear, Sigmoid, Softmax, Unnormalised
-from ._composite import L2, MultiHead
-from ._kernels import KERNELS, kernel_sums
-from ._sinkhorn import Sinkhorn, sinkhorn_potentials
+from ._base import Attention, GaussianClosure, PROTOCOL
+from ._kernels import kernel_sums, KERNELS
+from .._threads import set_num_threads, get_num_threads
+from ._bilinear import Softmax
+from ._composite import MultiHead, L2
+from ._sinkhorn import Sinkhorn
+from ._bilinear import Sigmoid, Linear, Unnormalised
+from ._sinkhorn import sinkhorn_potentials
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order
 

@@ -24,30 +24,33 @@ Modules: ``_analysis`` (ranks, limits, Lyapunov functions, outcomes, the phase p
 ``_general_v`` (ensembles, surveys, counterexamples, the lower bound, the change of variables).
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
 from .._linalg import numerical_rank
 from ._analysis import (
-    BLOWS_UP,
-    CONVERGES,
-    GROWS,
-    OUTCOME_NAMES,
-    PhaseDiagram,
-    classify_outcome,
+    predicted_limit_rank,
     lyapunov,
     lyapunov_matrix,
+    CONVERGES,
+    BLOWS_UP,
+    GROWS,
+    OUTCOME_NAMES,
+    classify_outcome,
+    PhaseDiagram,
     phase_diagram,
-    predicted_limit_rank,
 )
 from ._general_v import (
+    random_value_matrices,
+    pairs_with_sign_condition,
     BlowupSurvey,
-    Counterexamples,
     blowup_survey,
+    ensemble_survey,
+    Counterexamples,
+    sign_condition_counterexamples,
     blowup_time_lower_bound,
     congruence,
-    ensemble_survey,
-    pairs_with_sign_condition,
-    random_value_matrices,
-    sign_condition_counterexamples,
 )
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

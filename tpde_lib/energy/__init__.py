@@ -29,30 +29,27 @@ Conventions: score :math:`\langle Ax,y\rangle = y^\top Ax`, :math:`\Sigma` a cov
 :math:`\alpha` a mean, :math:`\varepsilon > 0` the entropic temperature.
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
+from ._particles import sinkhorn_energy, partition_function, interaction_energy, mobility, dissipation
 from ._gaussian import (
-    bures_wasserstein_gradient_flow_rhs,
-    gaussian_metric,
-    interaction_energy_gaussian,
     sinkhorn_energy_gaussian,
     sinkhorn_energy_gradient_gaussian,
-)
-from ._particles import (
-    dissipation,
-    interaction_energy,
-    mobility,
-    partition_function,
-    sinkhorn_energy,
+    bures_wasserstein_gradient_flow_rhs,
+    interaction_energy_gaussian,
+    gaussian_metric,
 )
 from ._witnesses import (
-    ConvexitySearch,
-    configuration_gradient,
-    energy_along_geodesic,
-    frobenius_gradient,
-    search_geodesic_convexity,
-    second_differences,
-    symmetry_defect,
     velocity_jacobian,
+    symmetry_defect,
+    configuration_gradient,
+    frobenius_gradient,
+    energy_along_geodesic,
+    second_differences,
+    search_geodesic_convexity,
+    ConvexitySearch,
 )
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

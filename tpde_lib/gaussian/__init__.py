@@ -40,17 +40,20 @@ array([[2., 0.],
        [0., 2.]])
 """
 
-from .._closures import l2_rhs, linear_rhs, multihead_rhs, sinkhorn_gain, sinkhorn_rhs, softmax_rhs
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
-from ._closed_forms import (
-    scalar_closed_form,
-    softmax_blowup_time,
-    softmax_identity_V_closed_form,
-    softmax_limit_cov,
-)
+from .._closures import softmax_rhs, multihead_rhs, l2_rhs, sinkhorn_rhs, linear_rhs, sinkhorn_gain
 from ._closure import covariance_rhs
+from ._solve import GaussianTrajectory, GaussianBatch, simulate_gaussian, simulate_gaussian_batch
 from ._defect import affine_defect, gauss_hermite
-from ._layer import layer_blowup_time, layer_closed_form, layer_equilibrium, steer_covariance
-from ._solve import GaussianBatch, GaussianTrajectory, simulate_gaussian, simulate_gaussian_batch
+from ._closed_forms import (
+    softmax_identity_V_closed_form,
+    softmax_blowup_time,
+    softmax_limit_cov,
+    scalar_closed_form,
+)
+from ._layer import layer_closed_form, layer_blowup_time, layer_equilibrium, steer_covariance
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

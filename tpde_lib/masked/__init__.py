@@ -20,35 +20,38 @@ sweeps), ``_causal`` (causal attention: Rényi centres, the dynamics on the circ
 retrieval profile of iid tokens).
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
-from ._bounds import (
-    hardy_constant,
-    linear_sink_response,
-    lp_operator_norm,
-    masked_lipschitz_constant,
-    masked_stability_constant,
-    prefix_average_matrix,
-)
-from ._causal import (
-    Retrieval,
-    circle_field,
-    circle_retrieval,
-    circle_simulate,
-    correlation_closed_form,
-    correlation_linear,
-    mode_rates,
-    renyi_centers,
-    retrieval_profile,
-    retrieval_threshold,
-)
 from ._positions import (
+    sink_positions,
+    with_sink,
+    sink_mass,
     position_marginal,
     shift_prefix,
     sink_attention_share,
-    sink_mass,
-    sink_positions,
-    with_sink,
 )
-from ._sensitivity import Sensitivity, fit_exponent, prefix_sweep, sensitivity, sink_mass_sweep
+from ._bounds import (
+    prefix_average_matrix,
+    lp_operator_norm,
+    hardy_constant,
+    masked_lipschitz_constant,
+    masked_stability_constant,
+    linear_sink_response,
+)
+from ._sensitivity import Sensitivity, sensitivity, sink_mass_sweep, prefix_sweep, fit_exponent
+from ._causal import (
+    renyi_centers,
+    mode_rates,
+    correlation_closed_form,
+    retrieval_profile,
+    retrieval_threshold,
+    correlation_linear,
+    circle_field,
+    circle_simulate,
+    Retrieval,
+    circle_retrieval,
+)
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

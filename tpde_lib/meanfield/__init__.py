@@ -27,10 +27,13 @@ The exponent of an exact power law, with its confidence interval:
 (1000, 2)
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
+from ._samplers import uniform_disk, sunflower
 from ._affine import AffineFlow, gaussian_affine_flow
-from ._rates import RateFit, coupling_distance, fit_rate, moment_errors
-from ._samplers import sunflower, uniform_disk
+from ._rates import coupling_distance, moment_errors, RateFit, fit_rate
 from ._step_order import StepOrder, step_order
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

@@ -24,32 +24,37 @@ The settings of one panel of the authors' rank histograms, and its committed res
 True
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
+from ._projected_euler import ProjectedEulerResult, projected_euler
+from ._runs import EulerSettings, EulerRun, run_paper_euler
+from ._variants import VARIANTS
+from ._experiments import LABELS
+from ._variants import paper_parameters, paper_attention, paper_rhs
+from ._experiments import PaperExperiment, paper_experiment
+from ._histograms import (
+    HistogramSetting,
+    histogram_setting,
+    histogram_inits,
+    HistogramRun,
+    paper_histogram_ranks,
+    EulerBudgetRun,
+    histogram_euler_budget,
+    AccurateLimits,
+    histogram_accurate,
+    PairedRanks,
+    paired_ranks,
+)
 from ._cache import (
     HISTOGRAM_CACHE,
     PANELS,
-    CacheCheck,
     CachedPanel,
-    check_cached_histogram,
+    CacheCheck,
     load_histogram_cache,
     write_histogram_cache,
+    check_cached_histogram,
 )
-from ._experiments import LABELS, PaperExperiment, paper_experiment
-from ._histograms import (
-    AccurateLimits,
-    EulerBudgetRun,
-    HistogramRun,
-    HistogramSetting,
-    PairedRanks,
-    histogram_accurate,
-    histogram_euler_budget,
-    histogram_inits,
-    histogram_setting,
-    paired_ranks,
-    paper_histogram_ranks,
-)
-from ._projected_euler import ProjectedEulerResult, projected_euler
-from ._runs import EulerRun, EulerSettings, run_paper_euler
-from ._variants import VARIANTS, paper_attention, paper_parameters, paper_rhs
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

@@ -6,22 +6,19 @@ mean-field limit, positions matched by their quantiles), ``_gaussian`` (Bures–
 maps and geodesics, and the twisted distances of a constant mobility).
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
+from ._wasserstein import wasserstein, bures_wasserstein, conditional_wasserstein, MARGINAL_TOL
 from ._coupled import coupled_wasserstein, position_quantile_pieces
+from ._wasserstein import fibre_distances, sup_fibre_distance
 from ._gaussian import (
-    bures_wasserstein_geodesic,
     bures_wasserstein_map,
+    bures_wasserstein_geodesic,
+    twisted_wasserstein,
     twisted_bures_wasserstein,
     twisted_bures_wasserstein_geodesic,
-    twisted_wasserstein,
 )
-from ._wasserstein import (
-    MARGINAL_TOL,
-    bures_wasserstein,
-    conditional_wasserstein,
-    fibre_distances,
-    sup_fibre_distance,
-    wasserstein,
-)
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

@@ -9,18 +9,21 @@ when it is called). ``tpde_lib`` imports this package on first use (``tp.viz``),
 ``import tpde_lib`` loads no matplotlib.
 """
 
+# the imports in reading order: the order of __all__ and of the API reference
+# isort: off
 from .._exports import public_names as _public_names
+from .clouds import plot_cloud, plot_paths, initial_angle, common_limits, cloud_panels, animate_clouds
 from ._animation import animation_html
-from .clouds import animate_clouds, cloud_panels, common_limits, initial_angle, plot_cloud, plot_paths
 from .cone import (
     as_paths,
-    draw_cone,
     path_colours,
+    draw_cone,
     plot_cone_trajectories,
     plot_disk_trajectories,
     plot_rank_histograms,
 )
-from .ellipses import draw_ellipse, draw_ellipses, ellipse_points
-from .style import COLUMN_INCHES, DPI, PALETTE, book_style, subplots, use_book_style
+from .ellipses import ellipse_points, draw_ellipse, draw_ellipses
+from .style import COLUMN_INCHES, DPI, PALETTE, book_style, use_book_style, subplots
+# isort: on
 
 __all__ = _public_names(globals())  # the names imported above, in that order

@@ -717,6 +717,26 @@ def test_blas_is_held_to_one_thread_for_the_whole_field_and_restored(two_blas_th
     assert inside == [1] and set(_blas_threads()) == {2}
 
 
+def test_one_public_call_enters_the_blas_hold_once(two_blas_threads, monkeypatch):
+    # velocity holds BLAS for the field; the engine's threaded blocks inside it (and the
+    # public kernel_sums' own hold) run under that one hold instead of entering it again
+    import tpde_lib as tp
+    from tpde_lib import _threads
+
+    entered = []
+    real = _threads._enter_hold
+    monkeypatch.setattr(_threads, "_enter_hold", lambda: (entered.append(1), real())[1])
+    X = np.random.default_rng(1).standard_normal((700, 3))
+    for att in (tp.Softmax(np.eye(3) / 3, np.eye(3)), tp.Sinkhorn(np.eye(3) / 3, np.eye(3))):
+        att.velocity(X)  # the first Sinkhorn call may import scipy.linalg: entered again
+        entered.clear()
+        att.velocity(X)
+        assert entered == [1], type(att).__name__
+    entered.clear()
+    kernel_sums(X, X, X, "softmax")
+    assert entered == [1] and set(_blas_threads()) == {2} and _threads._hold["depth"] == 0
+
+
 @pytest.mark.parametrize("raised", [ArithmeticError, KeyboardInterrupt])
 def test_blas_threads_are_restored_after_an_exception_or_interrupt(raised, two_blas_threads):
     Q, Y, values, _, _ = _problem(n=700, m=700)

@@ -176,15 +176,26 @@ def _leave_hold():
 
 
 class _Held:
-    """The context of :func:`held_blas` that holds BLAS (entered at most once)."""
+    """The context of :func:`held_blas` that holds BLAS (entered at most once). It counts the
+    holds of the calling thread (``_local.held``), so that a call nested in a held one on the
+    same thread does not enter the hold again (:func:`_held_here`)."""
 
     def __enter__(self):
         _enter_hold()
+        _local.held = getattr(_local, "held", 0) + 1
         return self
 
     def __exit__(self, *exc):
+        _local.held -= 1
         _leave_hold()
         return False
+
+
+def _held_here():
+    """Whether this thread already holds BLAS for an enclosing call, and no module was imported
+    since BLAS was last looked for (a BLAS loaded meanwhile is held by entering again): the
+    nested call then runs under the enclosing hold, one hold per public call."""
+    return getattr(_local, "held", 0) > 0 and _state["modules"] == len(sys.modules)
 
 
 _NOT_HELD = contextlib.nullcontext()
@@ -194,7 +205,7 @@ def single_blas():
     """A context holding BLAS to one thread whatever the call's size (the shared hold of
     :func:`held_blas`); one that does nothing without ``threadpoolctl``. For loops of many small
     products, such as the batched integrator's, where BLAS threads cost more than they give."""
-    return _NOT_HELD if ThreadpoolController is None else _Held()
+    return _NOT_HELD if ThreadpoolController is None or _held_here() else _Held()
 
 
 def held_blas(entries, nblocks=2):
@@ -207,12 +218,18 @@ def held_blas(entries, nblocks=2):
     call large enough to be threaded holds BLAS even when it runs on one thread, so that its
     products (the queries ``x A^T`` before the blocks, the tiles inside them) are computed by
     the same BLAS code whatever :func:`get_num_threads` says (OpenBLAS on two threads gave
-    results 2e-16 apart from one thread at d = 64 and 128)."""
+    results 2e-16 apart from one thread at d = 64 and 128).
+
+    One hold per public call: a call nested in a held one on the same thread (the engine's
+    blocks inside a field that :meth:`~tpde_lib.Attention.velocity` holds BLAS for) runs under
+    the enclosing hold instead of entering it again, unless a module was imported meanwhile
+    (which may have loaded a BLAS of its own: entering again holds it too)."""
     if (
         ThreadpoolController is None
         or entries < PARALLEL_ENTRIES
         or nblocks < 2
         or getattr(_local, "inside", False)
+        or _held_here()
     ):
         return _NOT_HELD
     return _Held()

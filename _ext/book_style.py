@@ -5,6 +5,8 @@
   ``tpde-opener``), and output boxes that wrap instead of scrolling sideways.
 - The role ``{status}`paper``` (or ``cited``, ``derived``, ``observed``, ``fails``) shows a statement's
   status as a badge: where a statement of a chapter comes from is visible, not only a bold word.
+- An id repeated on a page (sphinx-proof's and sphinx-exercise's, the same for every block of a
+  kind; a check listed under several claims) is numbered, the first kept (valid HTML).
 - Every figure's image gets its caption's first sentence as alt text (screen readers, and a
   figure that fails to load still says what it showed).
 - The role ``{claim}`C6``` shows a claim id as a badge coloured by the claim's status in
@@ -140,6 +142,23 @@ def _alt_text(app, doctree):
                 image["alt"] = alt
 
 
+def _unique_ids(app, doctree, docname=None):
+    """Number an id repeated on a page (``proof``, ``proof-2``, ...), keeping the first.
+
+    sphinx-proof gives every proof the id ``proof`` and every statement body ``proof-content``,
+    sphinx-exercise every exercise body ``exercise-content``, and the ledger lists a check under
+    each claim it bears on (``check-<key>``): ten proofs on a page made ten elements
+    ``id="proof"``, which HTML forbids. A link to such an id reached the first element, and
+    still does."""
+    seen = {}
+    for node in doctree.findall(nodes.Element):
+        ids = node.get("ids", [])
+        for k, ident in enumerate(ids):
+            seen[ident] = seen.get(ident, 0) + 1
+            if seen[ident] > 1:
+                ids[k] = f"{ident}-{seen[ident]}"
+
+
 def _titleless_sections_in_codeautolink():
     """Let sphinx-codeautolink read pages with exercises.
 
@@ -174,6 +193,8 @@ def setup(app):
     app.connect("config-inited", _static_path)
     app.connect("config-inited", _claim_statuses)
     app.connect("doctree-read", _alt_text)
+    # after every other handler (the ledger fills its page at doctree-resolved too)
+    app.connect("doctree-resolved", _unique_ids, priority=900)
     app.add_css_file("tpde.css")
     app.add_role("status", status_role)
     app.add_role("claim", claim_role)

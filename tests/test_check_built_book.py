@@ -238,7 +238,7 @@ def test_a_chapter_needs_a_numbered_statement_a_definition_is_not_one(tmp_path):
 def test_the_self_test_book_breaks_the_content_rules_on_its_bad_page_only(tmp_path):
     expected = cbb.write_fixture_book(tmp_path)
     found = cbb.check_content(tmp_path, cbb.book_pages(tmp_path))
-    assert Counter(rule for _, rule, _ in found) == Counter(["ctrlchar", "statement"])
+    assert Counter(rule for _, rule, _ in found) == Counter(["ctrlchar", "statement", "dupid"])
     assert {page for page, _, _ in found} == {"chapters/bad.html"}
     assert expected["chapters/bad.html"]["mathjax"] == 1  # found in the browser (mjx-merror)
 
@@ -255,3 +255,11 @@ def test_no_page_source_of_the_book_holds_a_control_character():
             text = path.read_text(encoding="utf-8")
             found += [(name, m.group()) for m in cbb._CONTROL.finditer(text)]
     assert not found, found
+
+
+def test_an_id_repeated_on_a_page_is_found_once_per_id(tmp_path):
+    page = _write(tmp_path, "p.html", '<a id="x"></a><b id="x"></b><i id="x"></i><p id="y"></p>')
+    found = cbb.check_content(tmp_path, [page])
+    assert [(rule, msg) for _, rule, msg in found] == [("dupid", "id 'x' on 3 elements")]
+    once = _write(tmp_path, "q.html", '<a id="x"></a><b id="x-2"></b><i data-id="x"></i>')
+    assert cbb.check_content(tmp_path, [once]) == []

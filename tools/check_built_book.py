@@ -11,7 +11,8 @@ Usage::
    carriage return, or U+007F, raw or as a numeric entity: e.g. the backspace a non-raw string
    makes of ``"\\beta"``, which MathJax shows as "Math input error"); ``[statement]`` a chapter
    page holds no numbered statement (a sphinx-proof theorem, proposition, lemma, corollary or
-   observation: ``<span class="caption-number">Theorem 5.1``).
+   observation: ``<span class="caption-number">Theorem 5.1``); ``[dupid]`` an element id that
+   a page repeats (HTML forbids it; a link reaches only the first).
 2. **Browser**: headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) loads
    each page at a 1400 px wide viewport from a server on 127.0.0.1, every other address
    blocked, and fails the page on each of these findings (one ``FAIL page: [rule] ...`` line
@@ -152,11 +153,18 @@ _STATEMENT = re.compile(
 )
 
 
+#: an element's id attribute in a page's HTML
+_ID = re.compile(r'\sid="([^"]+)"')
+
+
 def check_content(html_dir, pages):
-    """``[ctrlchar]`` and ``[statement]`` findings of the pages' HTML (no browser)."""
+    """``[ctrlchar]``, ``[statement]`` and ``[dupid]`` findings of the pages' HTML (no browser)."""
     failures = []
     for rel in pages:
         text = (html_dir / rel).read_text(encoding="utf-8", errors="replace")
+        repeated = [(i, k) for i, k in Counter(_ID.findall(text)).items() if k > 1]
+        for ident, k in repeated[:3]:
+            failures.append((str(rel), "dupid", f"id {ident!r} on {k} elements"))
         for m in list(_CONTROL.finditer(text))[:3]:
             line = text.count("\n", 0, m.start()) + 1
             around = text[max(0, m.start() - 30) : m.end() + 30].replace("\n", " ")
@@ -738,6 +746,7 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
         '<link rel="stylesheet" href="../missing.css">'
         '<article class="bd-article"><h1>Bad</h1>'
         '<div class="proof definition"><span class="caption-number">Definition 1.1 </span></div>'
+        '<div class="proof admonition" id="proof"></div><div class="proof admonition" id="proof"></div>'
         '<p><span class="math">\\(x^2 + \x08eta\\)</span></p>'
         '<mjx-container><mjx-merror data-mjx-error="Math input error">Math input error</mjx-merror>'
         "</mjx-container>"
@@ -768,6 +777,7 @@ def write_fixture_book(root: Path) -> dict[str, Counter]:
         "mathjax",
         "ctrlchar",
         "statement",
+        "dupid",
         "figure",
         "error",
         "twin",

@@ -149,7 +149,10 @@ def _unique_ids(app, doctree, docname=None):
     sphinx-exercise every exercise body ``exercise-content``, and the ledger lists a check under
     each claim it bears on (``check-<key>``): ten proofs on a page made ten elements
     ``id="proof"``, which HTML forbids. A link to such an id reached the first element, and
-    still does."""
+    still does. Web pages only: the LaTeX builder resolves the whole book as one tree, where
+    every document repeats ids that its writer qualifies by document name."""
+    if app is not None and app.builder.format != "html":
+        return
     seen = {}
     for node in doctree.findall(nodes.Element):
         ids = node.get("ids", [])

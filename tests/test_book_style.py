@@ -33,3 +33,19 @@ def test_sphinx_proof_ids_are_numbered_on_a_page():
         "thm-2", "proof-content-3", "proof-3",
     ]  # fmt: skip
     assert len(ids) == len(set(ids))
+
+
+def test_the_one_tree_of_the_printed_book_keeps_its_ids():
+    """The LaTeX builder resolves all documents as one tree: their ids repeat there legitimately
+    (the writer qualifies each by its document), so they are left alone."""
+    from types import SimpleNamespace
+
+    doc = new_document("book")
+    doc += nodes.section(ids=["intro"])
+    doc += nodes.section(ids=["intro"])
+    latex = SimpleNamespace(builder=SimpleNamespace(format="latex"))
+    _book_style()._unique_ids(latex, doc, "book")
+    assert [n["ids"] for n in doc.findall(nodes.section)] == [["intro"], ["intro"]]
+    html = SimpleNamespace(builder=SimpleNamespace(format="html"))
+    _book_style()._unique_ids(html, doc, "book")
+    assert [n["ids"] for n in doc.findall(nodes.section)] == [["intro"], ["intro-2"]]

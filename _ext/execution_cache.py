@@ -29,6 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 KEY = "tpde_fingerprint"
 #: the packages whose source a chapter's kernel imports from this repository: hashed wherever
 #: the import system finds them (a mutant's copy of ``tpde_lib`` first on ``PYTHONPATH`` differs)
@@ -60,13 +62,14 @@ def package_dirs(packages=PACKAGES, cwd="."):
 
 def pinned_names(files=PIN_FILES):
     """The distributions the book's environment pins (one ``name==version`` a line of
-    ``files``; comments, options and local paths skipped), normalised as in PEP 503."""
+    ``files``; comments, options and local paths skipped), normalised as in PEP 503
+    (``packaging``'s ``canonicalize_name``)."""
     names = set()
     for file in files:
         for line in file.read_text().splitlines():
             m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^]]*\])?\s*==", line)
             if m:
-                names.add(re.sub(r"[-_.]+", "-", m.group(1)).lower())
+                names.add(canonicalize_name(m.group(1)))
     return sorted(names)
 
 

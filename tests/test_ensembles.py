@@ -73,7 +73,9 @@ def test_multihead_and_time_dependent_weights():
     _assert_members_equal_loop(tp.MultiHead(heads), x, [0.0, 0.3, 0.6])
 
 
-def test_batched_kernel_sums_match_the_engine_member_by_member():
+@pytest.mark.parametrize("kind", ["softmax", "exp", "sigmoid"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_batched_kernel_sums_match_the_engine_member_by_member(kind, masked):
     # the engine alone (no integrator): each member's stacked sums equal engine_sums bitwise,
     # for the sizes around the dense path's limit (181 * 181 = 32761 <= 32768 < 182 * 182)
     from tpde_lib.attention._kernels import engine_sums
@@ -81,11 +83,21 @@ def test_batched_kernel_sums_match_the_engine_member_by_member():
     rng = np.random.default_rng(6)
     for n in (1, 7, 181):
         q, k = rng.standard_normal((5, n, 3)), rng.standard_normal((5, n, 3))
+        q[1] *= 40.0  # member 1's scores beyond e^709 unless shifted
         v = rng.standard_normal((5, n, 4))
+        qp = kp = None
+        if masked:
+            qp, kp = rng.uniform(0.0, 1.0, (5, n)), rng.uniform(0.0, 1.0, (5, n))
         assert _batched.fits(n, n)
-        got = _batched.softmax_sums(q, k, v)
+        got = _batched.dense_sums(q, k, v, kind, qp, kp)
         for b in range(5):
-            assert np.array_equal(got[b], engine_sums(q[b], k[b], v[b], "softmax"))
+            pos = () if qp is None else (qp[b], kp[b])
+            alone = engine_sums(q[b], k[b], v[b], kind, *pos)
+            if kind == "exp":
+                assert np.array_equal(got[0][b], alone[0], equal_nan=True)
+                assert np.array_equal(got[1][b], alone[1])
+            else:
+                assert np.array_equal(got[b], alone, equal_nan=True)
     assert not _batched.fits(182, 182)
 
 
@@ -98,12 +110,40 @@ def test_members_too_large_for_the_dense_path_go_member_by_member():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda A, V: tp.Sigmoid(A, V),
-        lambda A, V: tp.Linear(0.2 * A, 0.2 * V),
-        lambda A, V: tp.L2(A, A, V),
+        lambda A, V, c: tp.Sigmoid(A, V, bias=-0.5, causal=c),
+        lambda A, V, c: tp.Unnormalised(0.1 * A, 0.1 * V, causal=c),
+        lambda A, V, c: tp.Linear(0.2 * A, 0.2 * V, causal=c),
+        lambda A, V, c: tp.L2(A[:2], A[1:], V, tau=0.7, causal=c),
+        lambda A, V, c: tp.MultiHead([tp.Sigmoid(A, V, causal=c), tp.Softmax(A.T, V, causal=c)]),
+        lambda A, V, c: tp.MultiHead(
+            [tp.Softmax(A, V, causal=c), tp.L2(A, A, V, causal=c), tp.Softmax(A.T, V, causal=c)]
+        ),
+    ],
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_built_in_variants_stacked_bitwise_equal_to_the_loop(make, causal, monkeypatch):
+    A, V = _matrices(12, 3)
+    x, pos = _cloud(12, 7, 15, 3, causal=causal)
+    att = make(A, V, causal)
+    w = np.random.default_rng(13).uniform(0.5, 1.0, (7, 15))
+    w /= w.sum(axis=1, keepdims=True)
+    if not (causal and isinstance(att, tp.Linear)):  # stacked, never member by member
+
+        def refuse(*args):
+            raise AssertionError("member by member")
+
+        monkeypatch.setattr(tp.Attention, "field_batch", refuse)
+    _assert_members_equal_loop(att, x, [0.0, 0.25, 0.5], weights=w, positions=pos)
+    _assert_members_equal_loop(att, x, [0.0, 0.25], positions=pos, method="euler")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
         lambda A, V: tp.Sinkhorn(0.3 * A, V),
-        lambda A, V: tp.MultiHead([tp.Softmax(A, V), tp.Sigmoid(A, V)]),
-        lambda A, V: tp.Layer(tp.Softmax(A, V), normalisation="sphere"),
+        lambda A, V: tp.Layer(tp.Softmax(A, V), lambda x, t: np.tanh(x)),
+        lambda A, V: tp.Layer(tp.Sinkhorn(0.3 * A, V), normalisation="sphere"),
+        lambda A, V: tp.MultiHead([tp.Softmax(A, V), tp.Sinkhorn(0.3 * A, V)]),
     ],
 )
 def test_variants_without_a_batched_field_are_the_loop(make):
@@ -113,6 +153,35 @@ def test_variants_without_a_batched_field_are_the_loop(make):
     if isinstance(att, tp.Layer):
         x = x / np.linalg.norm(x, axis=2, keepdims=True)
     _assert_members_equal_loop(att, x, [0.0, 0.25, 0.5])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda A, V: tp.Layer(tp.Softmax(A, V), normalisation="sphere"),
+        lambda A, V: tp.Layer(
+            tp.MultiHead([tp.Softmax(A, V), tp.Softmax(A.T, V)]),
+            tp.AffineFeedForward(0.5 * V, [0.1, 0.0, -0.2]),
+        ),
+        lambda A, V: tp.Layer(tp.L2(A, A, V), tp.AffineFeedForward(V), normalisation="sphere"),
+    ],
+)
+def test_layers_stacked_bitwise_equal_to_the_loop(make, monkeypatch):
+    A, V = _matrices(15, 3)
+    x, _ = _cloud(15, 6, 12, 3)
+    att = make(A, V)
+    if att.normalisation == "sphere":
+        x = x / np.linalg.norm(x, axis=2, keepdims=True)
+
+    def refuse(*args):
+        raise AssertionError("member by member")
+
+    monkeypatch.setattr(tp.Attention, "field_batch", refuse)
+    _assert_members_equal_loop(att, x, [0.0, 0.25, 0.5])
+    if att.normalisation == "sphere":
+        x[4, 3] *= 1.01
+        with pytest.raises(ValueError, match=r"member 4: mu0 must lie where att\.normalise"):
+            tp.simulate_batch(att, x, [0.0, 0.25])
 
 
 def test_adaptive_method_is_the_loop():
@@ -196,16 +265,26 @@ def two_threads(monkeypatch):
     tp.set_num_threads(None)
 
 
-def test_bitwise_equal_whatever_the_thread_count(two_threads):
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda A, V: tp.Softmax(A, V),
+        lambda A, V: tp.L2(A, A.T, V),
+        lambda A, V: tp.Sigmoid(A, V, bias=-1.0),
+        lambda A, V: tp.Unnormalised(0.2 * A, 0.2 * V),
+    ],
+)
+def test_bitwise_equal_whatever_the_thread_count(two_threads, make):
     # 300 members of 32 tokens: 307 200 scores per field, above the engine's threading threshold
     A, V = _matrices(14, 3)
     x, _ = _cloud(14, 300, 32, 3)
-    att = tp.Softmax(A, V)
+    att = make(A, V)
     tp.set_num_threads(1)
     one = tp.simulate_batch(att, x, [0.0, 0.2])
     tp.set_num_threads(2)
     two = tp.simulate_batch(att, x, [0.0, 0.2])
-    assert np.array_equal(one.points, two.points)
+    assert np.array_equal(one.points, two.points, equal_nan=True)  # NaN after a blow-up
+    assert np.array_equal(one.blowup_times, two.blowup_times, equal_nan=True)
 
 
 def test_bad_input_is_named():

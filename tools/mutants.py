@@ -259,9 +259,9 @@ MUTANTS = [
     M(
         "dense-mask-reversed",
         "dense path for small calls: a query sees the later keys",
-        "attention/_kernels.py",
-        "hidden = None if q_pos is None else k_pos[None, :] > q_pos[:, None]",
-        "hidden = None if q_pos is None else k_pos[None, :] < q_pos[:, None]",
+        "attention/_batched.py",
+        "hidden = None if q_pos is None else k_pos[:, None, :] > q_pos[:, :, None]",
+        "hidden = None if q_pos is None else k_pos[:, None, :] < q_pos[:, :, None]",
         "04_masked_attention",
     ),
     M(
@@ -275,15 +275,15 @@ MUTANTS = [
     M(
         "dense-sigmoid-sign",
         "dense path for small calls: sigma(-s) instead of sigma(s)",
-        "attention/_kernels.py",
-        'S = (-queries if kind == "sigmoid" else queries) @ keys.T  # (n, m)',
-        "S = queries @ keys.T  # (n, m)",
+        "attention/_batched.py",
+        'S = np.matmul(-queries if kind == "sigmoid" else queries, keys.transpose(0, 2, 1))',
+        "S = np.matmul(queries, keys.transpose(0, 2, 1))",
         "01_transformer_pde",
     ),
     M(
         "dense-exp-shift-dropped",
         'dense path: "exp" returns the sums without their shift',
-        "attention/_kernels.py",
+        "attention/_batched.py",
         "return sums, shift  # the exact row maxima",
         "return sums, 0.0 * shift",
         "01_transformer_pde",

@@ -11,14 +11,16 @@ system over thousands of draws. :func:`simulate_batch` integrates ``B`` clouds o
 under one attention, and returns every member exactly as :func:`~tpde_lib.simulate` would
 (bitwise, whatever the thread count): the members never interact, they only share the work.
 
-Where the attention has a batched field (:meth:`~tpde_lib.Attention.field_batch` of its own,
-as softmax and multi-head softmax attention have for small clouds), the fixed-step schemes
-advance all members together, one stacked field evaluation per stage; a member whose particles
-or field stop being finite is stopped there with its blow-up time, and the others go on. For
-any other attention (a reader's variant, Sinkhorn attention, whose solver warm-starts from its
-previous call, the sphere's layers) and for ``method="adaptive"`` (each member takes its own
-steps), the members are simulated one after the other by :func:`~tpde_lib.simulate`, which is
-that loop.
+Where the attention has a batched field (:meth:`~tpde_lib.Attention.field_batch` of its own:
+softmax, ℓ², sigmoid, unnormalised and linear attention, multi-head attention and
+:class:`~tpde_lib.Layer` of them have one), the fixed-step schemes advance all members
+together, one stacked field evaluation per stage, each member computed with exactly the
+operations it gets alone (``tpde_lib.attention._batched``); a member whose particles or field
+stop being finite is stopped there with its blow-up time, and the others go on; the sphere's
+layer retracts every member after each step. For any other attention (a reader's variant without
+``field_batch``, Sinkhorn attention, whose solver warm-starts from its previous call) and for
+``method="adaptive"`` (each member takes its own steps), the members are simulated one after
+the other by :func:`~tpde_lib.simulate`, which is that loop.
 """
 
 from __future__ import annotations
@@ -181,14 +183,39 @@ def _members(points, weights, positions):
 
 def _batched(att):
     """Whether ``att`` computes its field on a whole batch (a ``field_batch`` of its own class,
-    and a velocity that is the protocol's)."""
+    a velocity that is the protocol's, no state kept between calls), and its normalisation
+    too (none, or a ``normalise_batch``: the sphere's :class:`~tpde_lib.Layer`)."""
     return (
         isinstance(att, Attention)
         and "velocity" not in getattr(att, "__dict__", {})
         and type(att).velocity is Attention.velocity
         and type(att).field_batch is not Attention.field_batch
-        and getattr(att, "normalise", None) is None
+        and not getattr(att, "stateful", False)
+        and (getattr(att, "normalise", None) is None or _normaliser(att) is not None)
     )
+
+
+def _normaliser(att):
+    """``att.normalise_batch`` (the normalisation of a whole batch, bitwise each member's
+    ``normalise``) where ``att.normalise`` is set, else None."""
+    if getattr(att, "normalise", None) is None:
+        return None
+    batch = getattr(att, "normalise_batch", None)
+    return batch if callable(batch) else None
+
+
+def _check_on_manifold(normalise, batch):
+    """Every member where ``normalise`` maps it, as :func:`~tpde_lib.simulate` requires of one
+    cloud (ValueError naming the first member that is not)."""
+    gap = np.abs(normalise(batch.points) - batch.points).max(axis=(1, 2))
+    off = ~(gap <= 1e-10)
+    if off.any():
+        b = int(np.argmax(off))
+        raise ValueError(
+            f"member {b}: mu0 must lie where att.normalise maps it (e.g. unit vectors for a "
+            f"Layer on the sphere): max |normalise(x0) - x0| = {gap[b]:.3g} > 1e-10; pass "
+            "tp.to_sphere(x0)"
+        )
 
 
 def simulate_batch(
@@ -241,13 +268,18 @@ def simulate_batch(
 
     Notes
     -----
-    With a batched field (softmax and multi-head softmax attention on clouds of at most 181
-    tokens per head, every weight positive: :meth:`~tpde_lib.Softmax.field_batch`), the
-    ``"euler"`` and ``"rk4"`` schemes step all the members still running together: the Python
-    work of a step is paid once for the batch, and the kernel sums are computed a chunk of
-    members at a time, spread over the threads (``benchmarks/ensembles.py`` measures it). The
-    first evaluation of each member goes through ``att.velocity``, which validates it as
-    :func:`~tpde_lib.simulate` does. Otherwise the members are simulated one after the other.
+    With a batched field (softmax, ℓ², sigmoid and unnormalised attention on clouds of at
+    most 181 tokens per head, every weight positive; linear attention without a mask;
+    multi-head attention and :class:`~tpde_lib.Layer` of these, a layer with an affine
+    feed-forward or on the sphere: :meth:`~tpde_lib.Attention.field_batch`), the ``"euler"``
+    and ``"rk4"`` schemes step all the members still running together: the Python work of a
+    step is paid once for the batch, and the kernel sums are computed a chunk of members at a
+    time, spread over the threads (``benchmarks/ensembles.py`` measures it). The attention is
+    validated once, by
+    ``att.velocity`` on member 0 (the same checks for every member of one shape), and each
+    member's causal positions against its weights. Otherwise (and for an attention that keeps
+    state between calls, ``stateful = True``: Sinkhorn attention) the members are simulated one
+    after the other.
 
     Examples
     --------
@@ -317,6 +349,9 @@ def _stepped(att, batch, times, on_blowup, method, h, max_steps):
                 f"member {int(np.argmax(unseen))}: causal attention: every token needs a token "
                 "of positive weight at a position <= its own (positions vs weights)"
             )
+    normalise = _normaliser(att)
+    if normalise is not None:
+        _check_on_manifold(normalise, batch)
     out = np.full((B, times.size, n, d), np.nan)
     out[:, 0] = batch.points
     blowups, reached = np.full(B, np.nan), np.full(B, times.size, dtype=np.int64)
@@ -342,6 +377,8 @@ def _stepped(att, batch, times, on_blowup, method, h, max_steps):
             for j in range(counts[k]):
                 t = times[k] + j * steps[k]
                 x = step(field, x, t, steps[k])
+                if normalise is not None:
+                    x = normalise(x)
                 stopped = bad[active] | ~np.isfinite(x).all(axis=(1, 2))
                 if stopped.any():
                     gone = active[stopped]

@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike
 from ._checks import as_callable_of, as_choice, as_float_array, checked_result, unit_scale
 from ._params import Param
 from .attention import Attention, GaussianClosure
+from .attention._base import owns_field
 
 __all__ = ["Layer", "AffineFeedForward", "to_sphere", "tangent_projection"]
 
@@ -297,6 +298,42 @@ class Layer(Attention):
         if self.normalisation == "sphere":
             out = _tangent(points, out)
         return out
+
+    def field_batch(self, points, weights, positions, t):
+        """The field of a batch of clouds (B, n, d): the attention's ``field_batch``, plus an
+        :class:`AffineFeedForward` and the tangent projection member by member in one stacked
+        computation each (bitwise each member's :meth:`field`); member by member with a
+        reader's feed-forward or for a subclass with a field of its own."""
+        ff = self.feedforward
+        if not owns_field(self, Layer) or not (ff is None or isinstance(ff, AffineFeedForward)):
+            return Attention.field_batch(self, points, weights, positions, t)
+        shape = points.shape
+        out = self.attention.field_batch(points, weights, positions, t)
+        out = _checked(out, shape, t, "attention.field_batch")
+        if ff is not None:
+            out = out + (np.matmul(points, ff.W(t).T) + ff.b(t))
+        if self.normalisation == "sphere":  # row by row: each member's rows as alone
+            out = _tangent(points.reshape(-1, shape[2]), out.reshape(-1, shape[2])).reshape(shape)
+        return out
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the attention keeps state between calls (Sinkhorn attention)."""
+        return bool(getattr(self.attention, "stateful", False))
+
+    @property
+    def normalise_batch(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """``normalise`` of every member of a batch (B, n, d) at once, bitwise each member's
+        (the sphere's retraction acts row by row); None without a normalisation, or when
+        ``normalise`` was replaced by another map (:func:`tpde_lib.simulate_batch` then
+        simulates the members one after the other)."""
+        if self.normalise is not _retract:
+            return None
+
+        def retract_all(points):
+            return _retract(points.reshape(-1, points.shape[2])).reshape(points.shape)
+
+        return retract_all
 
     def _affine_feedforward(self):
         """The feed-forward, which a Gaussian closure needs affine (or None), off the sphere."""

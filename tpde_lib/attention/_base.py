@@ -34,7 +34,10 @@ at call time, so it also holds for a field that comes from a mixin, is patched o
 or is set on the instance.
 
 A minimal variant sets ``self.d`` (and ``self.causal``, default False) and implements
-``field``; :func:`tpde_lib.kernel_sums` gives it blocked evaluation and causal masking.
+``field``; :func:`tpde_lib.kernel_sums` gives it blocked evaluation and causal masking. A
+variant whose field keeps state from one call to the next (Sinkhorn attention's warm starts)
+sets ``stateful = True``: :func:`tpde_lib.simulate_batch` then simulates a batch of clouds one
+member after the other, so that each call finds the state its own member left.
 """
 
 from __future__ import annotations
@@ -224,6 +227,8 @@ class Attention:
     """
 
     causal = False
+    #: whether the field keeps state between calls (module docstring)
+    stateful = False
 
     def __init_subclass__(cls, **kwargs):
         # every protocol method defined in this class body is guarded: it runs only for

@@ -1,16 +1,20 @@
-r"""Softmax fields of many small clouds at once: the kernel sums vectorised over a batch.
+r"""Kernel sums of small clouds in one dense score array each: one cloud or a batch of them.
 
-A batch of ``B`` clouds of ``n`` tokens each (``points`` of shape (B, n, d)) whose score matrices
-are small (at most ``_SMALL_ENTRIES`` scores per member, the size below which the engine
-computes a member as one dense matrix, :func:`._kernels._small_sums`) is computed here chunk by
-chunk of members, each chunk by the same numpy operations as one member, stacked: stacked matrix
-products (``np.matmul`` multiplies each member's matrices with the same BLAS call as a single
-product of those shapes), row maxima, shifts and exponentials element by element. Every member's
-result is therefore bitwise the one :func:`._kernels.engine_sums` gives it alone (tested), and the
-chunks, spread over the engine's threads, do not depend on the thread count.
+A call whose score matrix is small (at most ``_SMALL_ENTRIES`` scores: below that, the bounds,
+tiles and threads of the blocked engine would cost more than the scores) is computed here in one
+dense array of scores per member, by :func:`dense_stack`, on a stack of members: queries
+(b, r, p), keys (b, m, p), values (b, m, c). The engine's small path
+(:func:`._kernels._small_sums`) is this function on a stack of one cloud, and
+:func:`dense_sums` is it on a whole batch (the fields' ``field_batch``, behind
+:func:`tpde_lib.simulate_batch`), a chunk of members at a time, the chunks spread over the
+engine's threads. Every operation acts on each member alone, with the same arithmetic whatever
+the stack around it: stacked matrix products (``np.matmul`` multiplies each member's matrices
+with the same BLAS call as a single product of those shapes), reductions along each member's
+rows, shifts and kernels element by element. So every member of a batch is bitwise what the
+engine gives it alone (tested), whatever the chunks and the thread count.
 
 Chunks hold about ``_CHUNK_ENTRIES`` scores (1 MB), so that a chunk's scores stay in the cache
-between the product that makes them, the exponential and the product that sums them.
+between the product that makes them, the kernel and the product that sums them.
 """
 
 from __future__ import annotations
@@ -18,18 +22,29 @@ from __future__ import annotations
 import numpy as np
 
 from .._threads import held_blas, parallel_blocks
-from ._kernels import _CHUNK_ENTRIES, _SMALL_ENTRIES
 
-#: up to this many keys, row maxima are taken column by column (one vectorised ``maximum``
-#: per key over the whole chunk) rather than by a reduction along each short row
-_COLUMNWISE_MAX = 48
+#: calls with at most this many scores (n m) per member are one dense matrix
+_SMALL_ENTRIES = 32_768
+#: a batch is cut into chunks of members of about this many scores (1 MB, in cache)
+_CHUNK_ENTRIES = 131_072
+#: row maxima of a stack of at least ``_COLUMNWISE_STACK`` members with at most
+#: ``_COLUMNWISE_MAX`` keys are taken column by column (one vectorised ``maximum`` per key over
+#: the whole stack) rather than by a reduction along each short row, which pays its set-up per
+#: row; a maximum does not round, so either way gives the same values
+_COLUMNWISE_MAX = 16
+_COLUMNWISE_STACK = 8
+
+
+def fits(rows: int, keys: int) -> bool:
+    """Whether a member with ``rows`` queries and ``keys`` keys is one dense matrix of scores."""
+    return 0 < rows * keys <= _SMALL_ENTRIES
 
 
 def _row_max(S):
-    """``S.max(axis=2)`` for a chunk (b, r, m): exact either way (a maximum does not round),
-    column by column for few keys, where numpy's reduction pays its set-up per row."""
+    """``S.max(axis=2)`` for a stack (b, r, m), column by column for many members with few
+    keys (the same values: a maximum does not round)."""
     m = S.shape[2]
-    if m > _COLUMNWISE_MAX:
+    if m > _COLUMNWISE_MAX or S.shape[0] < _COLUMNWISE_STACK:
         return S.max(axis=2)
     out = S[:, :, 0].copy()
     for j in range(1, m):
@@ -37,28 +52,81 @@ def _row_max(S):
     return out
 
 
-def fits(rows: int, keys: int) -> bool:
-    """Whether a member with ``rows`` queries and ``keys`` keys is computed as one dense matrix
-    by the engine (so that the stacked computation here is bitwise the engine's)."""
-    return 0 < rows * keys <= _SMALL_ENTRIES
+def _kernel(kind, S):
+    """The built-in kernel ``kind`` applied in place to the (shifted) scores ``S``."""
+    if kind == "sigmoid":
+        with np.errstate(over="ignore"):
+            np.exp(S, out=S)  # e^{-s}: inf for s < -709 gives sigma = 0
+        S += 1.0
+        np.reciprocal(S, out=S)
+    else:
+        np.exp(S, out=S)
 
 
-def softmax_sums(queries, keys, values, q_pos=None, k_pos=None):
-    """Shifted softmax kernel sums of every member, ``sum_j exp(S_ij - M_i) values_j``.
+def dense_stack(queries, keys, values, kind, q_pos=None, k_pos=None, call_kernel=None, out=None):
+    """Kernel sums of a stack of members, each in one dense array of scores, on this thread.
+
+    Parameters
+    ----------
+    queries : ndarray, shape (b, r, p)
+    keys : ndarray, shape (b, m, p)
+    values : ndarray, shape (b, m, c)
+        Float64, C-contiguous.
+    kind : {"softmax", "exp", "sigmoid"} or callable
+        As for :func:`._kernels.kernel_sums`; a callable only with ``b == 1``, applied through
+        ``call_kernel(kind, scores (r, m))``.
+    q_pos, k_pos : ndarray, shapes (b, r) and (b, m), optional
+        Causal mask: query ``i`` of a member sees key ``j`` iff ``k_pos[j] <= q_pos[i]``.
+    out : ndarray, shape (b, r, c), optional
+        Where to write the sums (no fresh array per chunk of a batch).
+
+    Returns
+    -------
+    ndarray, shape (b, r, c), and for ``"exp"`` also the exact row maxima, shape (b, r)
+        Rows of ``"softmax"``/``"exp"`` that see no key are NaN (their maxima -inf).
+    """
+    S = np.matmul(-queries if kind == "sigmoid" else queries, keys.transpose(0, 2, 1))
+    hidden = None if q_pos is None else k_pos[:, None, :] > q_pos[:, :, None]
+    shift = seen = None
+    if kind in ("softmax", "exp"):  # shifted by the exact row maxima
+        if hidden is not None:
+            S[hidden] = -np.inf
+        shift = _row_max(S)
+        if hidden is not None:
+            seen = np.isfinite(shift)
+            S -= np.where(seen, shift, 0.0)[:, :, None]
+        else:  # unmasked rows see every key: finite, given finite inputs
+            S -= shift[:, :, None]
+    if callable(kind):
+        call_kernel(kind, S[0])
+    else:
+        _kernel(kind, S)
+    if hidden is not None and shift is None:
+        S[hidden] = 0.0
+    sums = np.matmul(S, values, out=out)
+    if seen is not None:
+        sums[~seen] = np.nan  # no visible key: an empty normalisation
+    if kind == "exp":
+        return sums, shift  # the exact row maxima
+    return sums
+
+
+def dense_sums(queries, keys, values, kind, q_pos=None, k_pos=None):
+    """:func:`dense_stack` of a whole batch, a chunk of members at a time over the threads.
 
     Parameters
     ----------
     queries : ndarray, shape (B, r, p)
     keys : ndarray, shape (B, m, p)
     values : ndarray, shape (B, m, c)
+    kind : {"softmax", "exp", "sigmoid"}
     q_pos, k_pos : ndarray, shapes (B, r) and (B, m), optional
-        Causal mask: query ``i`` of a member sees key ``j`` iff ``k_pos[j] <= q_pos[i]``.
 
     Returns
     -------
-    ndarray, shape (B, r, c)
-        Member ``b`` is bitwise ``engine_sums(queries[b], keys[b], values[b], "softmax", ...)``
-        whenever ``fits(r, m)``; rows that see no key are NaN, as there.
+    ndarray, shape (B, r, c), and for ``"exp"`` the row maxima (B, r)
+        Member ``b`` is bitwise ``engine_sums(queries[b], keys[b], values[b], kind, ...)``
+        whenever ``fits(r, m)``.
     """
     B, r, _ = queries.shape
     m, c = keys.shape[1], values.shape[2]
@@ -66,29 +134,40 @@ def softmax_sums(queries, keys, values, q_pos=None, k_pos=None):
     keys = np.ascontiguousarray(keys, dtype=np.float64)
     values = np.ascontiguousarray(values, dtype=np.float64)
     out = np.empty((B, r, c))
+    shift = np.empty((B, r)) if kind == "exp" else None
     per = max(1, _CHUNK_ENTRIES // max(1, r * m))
     nchunks = -(-B // per)
 
     def chunk(i):
-        lo, hi = i * per, min(B, (i + 1) * per)
-        S = np.matmul(queries[lo:hi], keys[lo:hi].transpose(0, 2, 1))  # (b, r, m)
-        seen = None
-        if q_pos is not None:
-            S[k_pos[lo:hi, None, :] > q_pos[lo:hi, :, None]] = -np.inf
-            shift = _row_max(S)
-            seen = np.isfinite(shift)
-            S -= np.where(seen, shift, 0.0)[:, :, None]
-        else:
-            S -= _row_max(S)[:, :, None]
-        np.exp(S, out=S)
-        sums = np.matmul(S, values[lo:hi], out=out[lo:hi])
-        if seen is not None:
-            sums[~seen] = np.nan
+        sl = slice(i * per, min(B, (i + 1) * per))
+        qp, kp = (None, None) if q_pos is None else (q_pos[sl], k_pos[sl])
+        res = dense_stack(queries[sl], keys[sl], values[sl], kind, qp, kp, out=out[sl])
+        if kind == "exp":
+            shift[sl] = res[1]
 
     entries = B * r * m
     with held_blas(entries, nchunks):
         parallel_blocks(nchunks, chunk, entries)
+    return (out, shift) if kind == "exp" else out
+
+
+def queries(points, M):
+    """``points @ M.T`` member by member, shape (B, n, k): each member's product the one-cloud
+    path's (:func:`._kernels.times_transpose`)."""
+    return np.matmul(points, np.ascontiguousarray(M.T))
+
+
+def weighted_values(points, weights):
+    """``[w_j y_j | w_j]`` of every member, shape (B, m, d + 1)."""
+    out = np.empty(points.shape[:2] + (points.shape[2] + 1,))
+    np.multiply(points, weights[:, :, None], out=out[:, :, :-1])
+    out[:, :, -1] = weights
     return out
+
+
+def normalised(sums, V):
+    """``(numerator / denominator) @ V.T`` of every member (:func:`._kernels.normalised`)."""
+    return queries(sums[:, :, :-1] / sums[:, :, -1:], V)
 
 
 def softmax_heads_field(heads, points, weights, positions, t):
@@ -104,22 +183,13 @@ def softmax_heads_field(heads, points, weights, positions, t):
     positions : ndarray, shape (B, n), or None
     t : float
     """
-    B, n, _ = points.shape
+    n = points.shape[1]
     H = len(heads)
-    queries = [np.matmul(points, np.ascontiguousarray(h.A(t).T)) for h in heads]
-    queries = queries[0] if H == 1 else np.concatenate(queries, axis=1)  # (B, H n, d)
-    values = np.empty((B, n, points.shape[2] + 1))
-    np.multiply(points, weights[:, :, None], out=values[:, :, :-1])
-    values[:, :, -1] = weights
+    qs = [queries(points, h.A(t)) for h in heads]
+    qs = qs[0] if H == 1 else np.concatenate(qs, axis=1)  # (B, H n, d)
     q_pos = None if positions is None else np.tile(positions, (1, H))
-    nd = softmax_sums(queries, points, values, q_pos, positions)
-    out = None
-    for i, h in enumerate(heads):
-        part = nd[:, i * n : (i + 1) * n]
-        avg = part[:, :, :-1] / part[:, :, -1:]
-        term = np.matmul(avg, np.ascontiguousarray(h.V(t).T))
-        if out is None:
-            out = term
-        else:
-            out += term
+    nd = dense_sums(qs, points, weighted_values(points, weights), "softmax", q_pos, positions)
+    out = normalised(nd[:, :n], heads[0].V(t))
+    for i, h in enumerate(heads[1:], start=1):
+        out += normalised(nd[:, i * n : (i + 1) * n], h.V(t))
     return out

@@ -42,6 +42,14 @@ def _symmetric_mobility(A, V, sign):
     return 0.5 * (P + P.T)
 
 
+def _stackable(att, cls, points, weights):
+    """Whether the field of ``att`` on a batch can be stacked over its members: the field is
+    ``cls``'s own (not a subclass's), each member is one dense matrix of the engine and every
+    weight is positive (each member's keys are all its tokens)."""
+    n = points.shape[1]
+    return owns_field(att, cls) and batched.fits(n, n) and bool((weights > 0).all())
+
+
 class _Bilinear(Attention):
     """Parameters A (d, d) and V (d, d); the score of query x and key y is <A x, y> = y^T A x."""
 
@@ -222,6 +230,19 @@ class Unnormalised(_Bilinear):
             with np.errstate(over="ignore", invalid="ignore"):
                 return times_transpose(s * np.exp(row_max)[:, None], self.V(t))
 
+    def field_batch(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
+        """The field of a batch of clouds (B, n, d), stacked over the members as
+        :meth:`Softmax.field_batch` is (bitwise each member's :meth:`field`)."""
+        if not _stackable(self, Unnormalised, points, weights):
+            return Attention.field_batch(self, points, weights, positions, t)
+        values = points * weights[:, :, None]
+        qa = batched.queries(points, self.A(t))
+        s, row_max = batched.dense_sums(qa, points, values, "exp", positions, positions)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return batched.queries(s * np.exp(row_max)[:, :, None], self.V(t))
+
     def mobility(self, t: float = 0.0) -> np.ndarray:
         r"""Mobility :math:`P = -VA^{-1}` of the interaction energy
         (:func:`tpde_lib.energy.interaction_energy`)."""
@@ -268,6 +289,21 @@ class Sigmoid(_Bilinear):
             key_feats = np.hstack([keys, np.full((keys.shape[0], 1), self.bias)])
             s = engine_sums(queries, key_feats, keys * w[:, None], "sigmoid", positions, k_pos)
             return times_transpose(s, self.V(t))
+
+    def field_batch(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
+        """The field of a batch of clouds (B, n, d), stacked over the members as
+        :meth:`Softmax.field_batch` is (bitwise each member's :meth:`field`)."""
+        if not _stackable(self, Sigmoid, points, weights):
+            return Attention.field_batch(self, points, weights, positions, t)
+        B, n, _ = points.shape
+        qa = batched.queries(points, self.A(t))
+        queries = np.concatenate([qa, np.ones((B, n, 1))], axis=2)
+        key_feats = np.concatenate([points, np.full((B, n, 1), self.bias)], axis=2)
+        values = points * weights[:, :, None]
+        s = batched.dense_sums(queries, key_feats, values, "sigmoid", positions, positions)
+        return batched.queries(s, self.V(t))
 
     def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Not available: the field of a Gaussian is not affine in x (see
@@ -324,6 +360,18 @@ class Linear(_Bilinear):
         last = np.searchsorted(s_sorted, positions, side="right") - 1
         moments = cum[last]  # (n, d, d), symmetric
         return np.einsum("nij,nj->ni", moments, qa) @ self.V(t).T
+
+    def field_batch(
+        self, points: np.ndarray, weights: np.ndarray, positions: np.ndarray | None, t: float
+    ) -> np.ndarray:
+        """The field of a batch of clouds (B, n, d), stacked over the members without a mask
+        (bitwise each member's :meth:`field`); member by member with one."""
+        if positions is not None or not owns_field(self, Linear):
+            return Attention.field_batch(self, points, weights, positions, t)
+        qa = batched.queries(points, self.A(t))
+        wy = points * weights[:, :, None]
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow reported by the caller
+            return qa @ (points.transpose(0, 2, 1) @ wy) @ self.V(t).T
 
     def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Linear Gaussian closure (:func:`tpde_lib.gaussian.linear_rhs`)."""

@@ -9,6 +9,7 @@ import numpy as np
 from .. import _closures as closures  # the Gaussian closures' right-hand sides
 from .._checks import as_flag, checked_result
 from .._threads import held_blas
+from . import _batched as batched
 from ._base import Attention, GaussianClosure, matrix_param, owns_field, square_param
 from ._bilinear import Softmax
 from ._kernels import engine_sums, normalised, support, times_transpose, weighted_values
@@ -119,15 +120,36 @@ class MultiHead(Attention):
         return out
 
     def field_batch(self, points, weights, positions, t):
-        # all heads plain softmax (as in a Transformer layer): stacked over the batch as in
-        # ``field`` (``Softmax._summed_field_batch``); member by member otherwise
-        if owns_field(self, MultiHead) and all(type(h) is Softmax for h in self.heads):
-            return Softmax._summed_field_batch(self, self.heads, points, weights, positions, t)
-        return Attention.field_batch(self, points, weights, positions, t)
+        # as ``field``, stacked over the batch: the plain softmax heads in one call of the
+        # batched kernel, every other head by its own ``field_batch``, summed in the same order
+        # (each member bitwise its ``field``); a member's non-finite field is left to the
+        # caller, which stops that member alone
+        n, shape = points.shape[1], points.shape
+        soft = [h for h in self.heads if type(h) is Softmax]
+        stackable = len(soft) < 2 or (batched.fits(len(soft) * n, n) and bool((weights > 0).all()))
+        if not (owns_field(self, MultiHead) and stackable):
+            return Attention.field_batch(self, points, weights, positions, t)
+        if len(soft) > 1:
+            out = batched.softmax_heads_field(soft, points, weights, positions, t)
+            rest = [(i, h) for i, h in enumerate(self.heads) if type(h) is not Softmax]
+        else:
+            first = self.heads[0].field_batch(points, weights, positions, t)
+            first = _head_result(0, self.heads[0], "a field", first, shape, t, finite=False)
+            out = np.array(first, dtype=float)
+            rest = list(enumerate(self.heads))[1:]
+        for i, h in rest:
+            term = h.field_batch(points, weights, positions, t)
+            out += _head_result(i, h, "a field", term, shape, t, finite=False)
+        return out
 
     @property
     def time_dependent(self):
         return any(h.time_dependent for h in self.heads)
+
+    @property
+    def stateful(self):
+        """Whether some head keeps state between calls (Sinkhorn attention)."""
+        return any(getattr(h, "stateful", False) for h in self.heads)
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """Sum of the heads' Gaussian closures (``NotImplementedError`` if a head has none)."""
@@ -260,6 +282,20 @@ class L2(Attention):
         with held_blas(queries.shape[0] * key_feats.shape[0]):
             nd = engine_sums(queries, key_feats, weighted_values(keys, w), "softmax", positions, k_pos)
         return normalised(nd, self.V(t))
+
+    def field_batch(self, points, weights, positions, t):
+        """The field of a batch of clouds (B, n, d), stacked over the members as
+        :meth:`Softmax.field_batch` is (bitwise each member's :meth:`field`)."""
+        n = points.shape[1]
+        if not (owns_field(self, L2) and batched.fits(n, n) and bool((weights > 0).all())):
+            return Attention.field_batch(self, points, weights, positions, t)
+        qx = batched.queries(points, self.Q(t)) * (2.0 / self.tau)
+        ky = batched.queries(points, self.K(t))
+        queries = np.concatenate([qx, np.ones(qx.shape[:2] + (1,))], axis=2)
+        key_feats = np.concatenate([ky, -(ky**2).sum(axis=2, keepdims=True) / self.tau], axis=2)
+        values = batched.weighted_values(points, weights)
+        nd = batched.dense_sums(queries, key_feats, values, "softmax", positions, positions)
+        return batched.normalised(nd, self.V(t))
 
     def gaussian_rhs(self, mean, cov, t=0.0):
         """ℓ² Gaussian closure (:func:`tpde_lib.gaussian.l2_rhs`)."""

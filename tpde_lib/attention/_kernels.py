@@ -36,6 +36,7 @@ import numpy as np
 
 from .._checks import as_ndarray
 from .._threads import PARALLEL_ENTRIES, held_blas, parallel_blocks
+from ._batched import _SMALL_ENTRIES, dense_stack
 from ._shifts import _loose_blocks, _shift_bounds, _unshifted
 
 #: scores in one tile at most (65536 float64 = 512 KB, in L2 cache with its keys and values)
@@ -53,8 +54,6 @@ _MIN_BLOCKS = 4
 #: full tiles are batched into one product and one kernel call of at most this many scores
 #: (more work per numpy call, so the threads wait less for the GIL between calls; measured)
 _CHUNK_ENTRIES = 131_072
-#: calls with at most this many scores (n m) are one dense matrix (:func:`_small_sums`)
-_SMALL_ENTRIES = 32_768
 #: the built-in kernels (see :func:`kernel_sums`)
 KERNELS = ("softmax", "exp", "sigmoid")
 #: shifted exponential scores below this are raised to it where they may occur: e^-700 is
@@ -161,29 +160,21 @@ def _apply_kernel(kind, T, view, clamp=False):
 
 def _small_sums(queries, keys, values, kind, q_pos, k_pos):
     """:func:`kernel_sums` of a call of at most ``_SMALL_ENTRIES`` scores, in one dense matrix
-    with the exact row maxima as the shift: no bounds, tiles or padding to set up (measured:
-    n = m = 100, d = 2, 23 against 56 us)."""
-    S = (-queries if kind == "sigmoid" else queries) @ keys.T  # (n, m)
-    hidden = None if q_pos is None else k_pos[None, :] > q_pos[:, None]
-    shift = seen = None
-    if kind in ("softmax", "exp"):
-        shift = S.max(axis=1)  # (unmasked rows see every key: finite, given finite inputs)
-        if hidden is not None:
-            S[hidden] = -np.inf
-            shift = S.max(axis=1)
-            seen = np.isfinite(shift)
-            S -= np.where(seen, shift, 0.0)[:, None]
-        else:
-            S -= shift[:, None]
-    _apply_kernel(kind, S, S)
-    if hidden is not None and shift is None:
-        S[hidden] = 0.0
-    sums = S @ values
-    if seen is not None:
-        sums[~seen] = np.nan  # no visible key: an empty normalisation
+    (:func:`._batched.dense_stack` on a stack of one cloud, so that a batch of clouds computes
+    each member bitwise as here): no bounds, tiles or padding to set up (measured: n = m = 100,
+    d = 2, 23 against 56 us)."""
+    res = dense_stack(
+        queries[None],
+        keys[None],
+        values[None],
+        kind,
+        None if q_pos is None else q_pos[None],
+        None if k_pos is None else k_pos[None],
+        call_kernel=_call_kernel,
+    )
     if kind == "exp":
-        return sums, shift  # the exact row maxima
-    return sums
+        return res[0][0], res[1][0]
+    return res[0]
 
 
 class _Job:

@@ -673,6 +673,9 @@ class Sinkhorn(_Bilinear):
     True
     """
 
+    #: the solver warm-starts from the potentials of the previous call
+    stateful = True
+
     max_tokens = 10_000
 
     def __init__(

@@ -14,6 +14,12 @@ attention, V = I, a random A of norm about 1, RK4 with h = 0.05 for ``--steps`` 
 * ``ours/bnd``: our time over the *bound*: the 4 x steps field evaluations' exponentials (B n^2)
   and their two stacked products (scores with d inner columns, sums with d + 1 value columns),
   each timed on one in-cache chunk of members and scaled to B, divided by the threads used;
+* ``exp/jax``: the exponentials alone (B n^2 per evaluation, at numpy's in-cache speed, on
+  the threads used) over JAX's whole time: above 1, no numpy code, which needs one ``np.exp``
+  per score, can match JAX on this machine (the header prints both exponentials' speeds);
+* ``prod``: the share of our time that the four stacked products of each evaluation take
+  (queries, scores, sums, ``V``: one BLAS call per member each, as in :func:`tpde_lib.simulate`,
+  for bitwise equality with it), timed like the bound;
 * ``diff``: the largest relative difference between ours and any peer at the last time (they
   integrate the same system; ``!`` marks one above 1e-10).
 
@@ -99,19 +105,43 @@ def jax_rk4(A, V, steps):
 
 
 def bound(B, n, d, steps, threads):
-    """Seconds of the exponentials and the two stacked products of 4 x steps evaluations."""
+    """Seconds of the exponentials and the two stacked products of 4 x steps evaluations, of
+    the exponentials alone, and of the four stacked products a field evaluation makes (the
+    queries ``x A^T``, the scores, the sums, the average times ``V^T``: each one BLAS call per
+    member)."""
     per = max(1, min(B, IN_CACHE_SCORES // (n * n)))
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((per, n, d)), rng.standard_normal((per, n, d))
     values = rng.standard_normal((per, n, d + 1))
+    M = rng.standard_normal((d, d))
     S = np.matmul(q, k.transpose(0, 2, 1))
     S -= S.max(axis=2, keepdims=True)
-    one = (
-        best_of(lambda: np.matmul(q, k.transpose(0, 2, 1)), 20)
-        + best_of(lambda: np.exp(S), 20)
-        + best_of(lambda: np.matmul(S, values), 20)
-    )
-    return one * (B / per) * 4 * steps / threads
+    exps = best_of(lambda: np.exp(S), 20)
+    scores = best_of(lambda: np.matmul(q, k.transpose(0, 2, 1)), 20)
+    sums = best_of(lambda: np.matmul(S, values), 20)
+    thin = best_of(lambda: np.matmul(q, M), 20)  # as the queries and the product with V
+    scale = (B / per) * 4 * steps / threads
+    return (scores + exps + sums) * scale, exps * scale, (scores + sums + 2 * thin) * scale
+
+
+def exp_speeds():
+    """Nanoseconds per ``exp`` of numpy and of ``jax.jit(jnp.exp)`` on one in-cache chunk of
+    scores in [-30, 0] (float64), on this machine: numpy's (one thread), and JAX's wall time
+    and CPU time over all its threads (XLA spreads a large elementwise operation over the
+    cores); None for JAX when it is absent."""
+    x = np.random.default_rng(1).uniform(-30.0, 0.0, IN_CACHE_SCORES)
+    ours = best_of(lambda: np.exp(x), 50) / x.size * 1e9
+    if jax is None:
+        return ours, None, None
+    f = jax.jit(jnp.exp)
+    xj = jnp.asarray(x)
+    f(xj).block_until_ready()
+    wall = best_of(lambda: f(xj).block_until_ready(), 50) / x.size * 1e9
+    cpu0 = time.process_time()
+    for _ in range(200):
+        f(xj).block_until_ready()
+    cpu = (time.process_time() - cpu0) / 200 / x.size * 1e9
+    return ours, wall, cpu
 
 
 def row(B, n, d, steps, repeats):
@@ -144,7 +174,11 @@ def row(B, n, d, steps, repeats):
         out["jit"] = compile_s
         diffs.append(np.abs(np.asarray(yj) - final).max() / np.abs(final).max())
     threads = tp.get_num_threads() if B * n * n >= 1 << 18 else 1
-    out["bnd"] = ours / bound(B, n, d, steps, threads)
+    bnd, exps, products = bound(B, n, d, steps, threads)
+    out["bnd"] = ours / bnd
+    out["prod"] = products / ours
+    if jax is not None:
+        out["expjax"] = exps / (out["jax"] * ours)
     out["diff"] = max(diffs)
     out["ms"] = ours / B * 1e3
     return out
@@ -164,19 +198,27 @@ def main():
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; "
         f"jax {'-' if jax is None else jax.__version__}"
     )
+    ours_exp, jax_exp, jax_cpu = exp_speeds()
+    jx = "-" if jax_exp is None else f"{jax_exp:.2f} (CPU time over its threads {jax_cpu:.2f})"
+    print(
+        f"exp, ns per value in cache: numpy {ours_exp:.2f} (one thread), jax.jit {jx}; "
+        f"cpu_count {os.cpu_count()}"
+    )
     print(
         f"{'B':>6} {'n':>4} {'d':>3} {'ours ms':>8} {'loop/ours':>9} {'np/ours':>8} {'jax/ours':>8} "
-        f"{'jit s':>6} {'ours/bnd':>8} {'diff':>8}  load"
+        f"{'jit s':>6} {'ours/bnd':>8} {'exp/jax':>7} {'prod':>5} {'diff':>8}  load"
     )
     for B in Bs:
         for n in ns:
             for d in ds:
                 r = row(B, n, d, args.steps, args.repeats)
                 jx = f"{r['jax']:8.2f} {r['jit']:6.2f}" if "jax" in r else f"{'-':>8} {'-':>6}"
+                ej = f"{r['expjax']:7.2f}" if "expjax" in r else f"{'-':>7}"
                 flag = "!" if r["diff"] > 1e-10 else " "
                 print(
                     f"{B:6d} {n:4d} {d:3d} {r['ms']:8.3f} {r['loop']:9.1f} {r['np']:8.2f} {jx} "
-                    f"{r['bnd']:8.2f} {r['diff']:8.1e}{flag} {os.getloadavg()[0]:.1f}",
+                    f"{r['bnd']:8.2f} {ej} {r['prod']:5.2f} {r['diff']:8.1e}{flag} "
+                    f"{os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
 

@@ -32,7 +32,8 @@ Every time is the smallest of a few repeats (the least disturbed by the other pr
 shared machine), taken over rounds in which ours and each peer take turns (blocks of calls), so
 that their ratios compare the same conditions; at n = 1000, twelve rounds of 20 calls, since
 ``jax.jit``'s best time there moves between two levels from one round to the next. The load
-average is printed on every line. Run: ``python benchmarks/velocity.py [--quick]`` (``--quick``:
+average is printed on every line. Run: ``python benchmarks/velocity.py [--quick | --fields-only]``
+(``--fields-only``: the field table at n = 1000 alone; ``--quick``:
 n = 1000, 4000 only). What the numbers showed, and why, is in ``benchmarks/NOTES.md``.
 """
 
@@ -481,6 +482,9 @@ if __name__ == "__main__":
         f"numpy {np.__version__}, POT {ot.__version__}, kernel_sums threads "
         f"{get_num_threads()}, cpu_count {os.cpu_count()}, load average {load()}"
     )
-    velocity_table(sizes=(1000, 4000) if quick else (1000, 4000, 16000))
-    sinkhorn_table()
-    memory_line()
+    if "--fields-only" in sys.argv:  # the field table alone, at n = 1000 (a few minutes)
+        velocity_table(sizes=(1000,))
+    else:
+        velocity_table(sizes=(1000, 4000) if quick else (1000, 4000, 16000))
+        sinkhorn_table()
+        memory_line()

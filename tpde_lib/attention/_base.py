@@ -227,7 +227,8 @@ class Attention:
     """
 
     causal = False
-    #: whether the field keeps state between calls (module docstring)
+    #: True when the field keeps state from one call to the next (Sinkhorn attention's warm
+    #: starts): :func:`tpde_lib.simulate_batch` then simulates a batch member by member
     stateful = False
 
     def __init_subclass__(cls, **kwargs):

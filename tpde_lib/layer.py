@@ -326,7 +326,15 @@ class Layer(Attention):
         """``normalise`` of every member of a batch (B, n, d) at once, bitwise each member's
         (the sphere's retraction acts row by row); None without a normalisation, or when
         ``normalise`` was replaced by another map (:func:`tpde_lib.simulate_batch` then
-        simulates the members one after the other)."""
+        simulates the members one after the other).
+
+        Examples
+        --------
+        >>> import numpy as np, tpde_lib as tp
+        >>> layer = tp.Layer(tp.Softmax(np.eye(2), np.eye(2)), normalisation="sphere")
+        >>> layer.normalise_batch(np.array([[[3.0, 4.0], [0.0, 2.0]]])).tolist()
+        [[[0.6, 0.8], [0.0, 1.0]]]
+        """
         if self.normalise is not _retract:
             return None
 

@@ -52,8 +52,9 @@ def _row_max(S):
     return out
 
 
-def _kernel(kind, S):
-    """The built-in kernel ``kind`` applied in place to the (shifted) scores ``S``."""
+def builtin_kernel(kind, S):
+    """The built-in kernel ``kind`` applied in place to the (shifted) scores ``S``: the small
+    path's and the blocked engine's tiles' (:func:`._kernels._apply_kernel`)."""
     if kind == "sigmoid":
         with np.errstate(over="ignore"):
             np.exp(S, out=S)  # e^{-s}: inf for s < -709 gives sigma = 0
@@ -100,7 +101,7 @@ def dense_stack(queries, keys, values, kind, q_pos=None, k_pos=None, call_kernel
     if callable(kind):
         call_kernel(kind, S[0])
     else:
-        _kernel(kind, S)
+        builtin_kernel(kind, S)
     if hidden is not None and shift is None:
         S[hidden] = 0.0
     sums = np.matmul(S, values, out=out)

@@ -36,7 +36,7 @@ import numpy as np
 
 from .._checks import as_ndarray
 from .._threads import PARALLEL_ENTRIES, held_blas, parallel_blocks
-from ._batched import _SMALL_ENTRIES, dense_stack
+from ._batched import _SMALL_ENTRIES, builtin_kernel, dense_stack
 from ._shifts import _loose_blocks, _shift_bounds, _unshifted
 
 #: scores in one tile at most (65536 float64 = 512 KB, in L2 cache with its keys and values)
@@ -145,15 +145,9 @@ def _apply_kernel(kind, T, view, clamp=False):
     scores as (b, c_b), queries along the rows) and may overwrite it or return a new array.
     ``clamp``: shifted exponential scores are raised to ``_EXP_FLOOR`` first (module docstring)."""
     if isinstance(kind, str):
-        if kind == "sigmoid":
-            with np.errstate(over="ignore"):
-                np.exp(T, out=T)  # e^{-s}: inf for s < -709 gives sigma = 0
-            T += 1.0
-            np.reciprocal(T, out=T)
-            return
-        if clamp:
+        if clamp and kind != "sigmoid":
             np.maximum(T, _EXP_FLOOR, out=T)
-        np.exp(T, out=T)
+        builtin_kernel(kind, T)
     else:
         _call_kernel(kind, view)
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpde_lib.attention import Sinkhorn, Softmax, Unnormalised
+from tpde_lib.layer import AffineFeedForward, Layer
 from tpde_lib.measures import Empirical
 from tpde_lib.particles import Trajectory, depth, simulate
 
@@ -291,6 +292,73 @@ def test_a_field_that_turns_non_finite_stops_with_its_time():
     )
     assert traj.blowup_time == pytest.approx(0.6) and traj.times.tolist() == [0.0, 0.25, 0.5]
     assert np.isfinite(traj.points).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# the prepared field: a run's set-up done once, the arithmetic of ``field`` unchanged
+# ---------------------------------------------------------------------------------------------
+def _prepared_cases():
+    X, A, V = _cloud(n=9, d=3, seed=4)
+    w = np.random.default_rng(4).uniform(0.5, 1.0, 9)
+    w /= w.sum()
+    pos = np.linspace(0.1, 0.9, 9)
+    on_sphere = X / np.linalg.norm(X, axis=1, keepdims=True)
+    ff = AffineFeedForward(lambda t: -(1 + t) * np.eye(3), 0.1 * np.ones(3))
+    return [
+        (Softmax(A, V), X, w, None),
+        (Softmax(A, V, causal=True), X, w, pos),
+        (Softmax(lambda t: (1 + t) * A, lambda t: np.cos(t) * V), X, w, None),
+        (Softmax([[0.7]], [[-1.0]]), X[:, :1], w, None),
+        (Layer(Softmax(A, np.eye(3)), normalisation="sphere"), on_sphere, w, None),
+        (Layer(Softmax(A, np.eye(3), causal=True), normalisation="sphere"), on_sphere, w, pos),
+        (Layer(Softmax(A, V), ff), X, w, None),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_the_prepared_field_is_bitwise_the_field(case):
+    att, X, w, pos = _prepared_cases()[case]
+    field = att._prepared_field(w, pos)
+    assert field is not None
+    for t, x in [(0.0, X), (0.3, 1.5 * X), (1.7, X[::-1].copy())]:
+        assert np.array_equal(field(x, t), att.field(x, w, pos, t))
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler", "adaptive"])
+@pytest.mark.parametrize("case", range(7))
+def test_simulate_runs_on_the_prepared_field_bitwise_as_on_field(case, method, monkeypatch):
+    import tpde_lib.attention._base as base
+
+    att, X, w, pos = _prepared_cases()[case]
+    mu, kw = Empirical(X, w, pos), ({} if method == "adaptive" else {"h": 0.05})
+    calls = []
+    field = type(att).field
+    monkeypatch.setattr(type(att), "field", lambda *a: calls.append(1) or field(*a))
+    fast = simulate(att, mu, [0.0, 0.5, 1.0], method=method, **kw)
+    assert len(calls) == 1  # the first evaluation, through velocity; then the prepared field
+    monkeypatch.setattr(type(att), "_prepared_field", base.Attention._prepared_field)
+    slow = simulate(att, mu, [0.0, 0.5, 1.0], method=method, **kw)
+    assert len(calls) > 10 and np.array_equal(fast.points, slow.points)
+
+
+def test_no_prepared_field_where_the_field_is_not_the_built_in_dense_one():
+    X, A, V = _cloud(n=9, d=3)
+    w = np.full(9, 1 / 9)
+    assert Softmax(A, V)._prepared_field(np.r_[w[:-1], 0.0], None) is None  # a massless key
+    big = np.full(200, 1 / 200)  # 40 000 scores: the blocked engine's
+    assert Softmax(A, V)._prepared_field(big, None) is None
+    assert _LateField(lambda v: v)._prepared_field(w[:9], None) is None  # a reader's field
+    assert Layer(Softmax(A, V), lambda x, t: -x)._prepared_field(w, None) is None
+    assert Layer(Unnormalised(A, V))._prepared_field(w, None) is None
+
+
+def test_a_prepared_field_that_turns_non_finite_is_named_with_its_time():
+    # V = 1e308 I from t = 0.5 on: the average of tokens of size ~1 times V overflows
+    V = Softmax(np.eye(2), lambda t: (1e308 if t > 0.5 else 0.5) * np.eye(2))
+    assert V._prepared_field(np.full(12, 1 / 12), None) is not None
+    match = r"^Softmax\.field returned NaN or infinite values at t=0\.55$"
+    with pytest.raises(FloatingPointError, match=match), np.errstate(over="ignore"):
+        simulate(V, Empirical(_cloud()[0] + 3.0), [0.0, 1.0], method="euler", h=0.05)
 
 
 def test_the_field_hook_gets_read_only_points():

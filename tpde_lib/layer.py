@@ -299,6 +299,27 @@ class Layer(Attention):
             out = _tangent(points, out)
         return out
 
+    def _prepared_field(self, weights, positions):
+        """:meth:`field` for a whole run (:meth:`Attention._prepared_field`): the attention's
+        prepared field, plus an :class:`AffineFeedForward` and the tangent projection, as
+        :meth:`field` adds them; None for a reader's feed-forward, or when the attention has
+        no prepared field."""
+        ff = self.feedforward
+        if not owns_field(self, Layer) or not (ff is None or isinstance(ff, AffineFeedForward)):
+            return None
+        attention = self.attention._prepared_field(weights, positions)
+        if attention is None:
+            return None
+        sphere = self.normalisation == "sphere"
+
+        def field(points, t):
+            out = attention(points, t)
+            if ff is not None:
+                out = out + ff(points, t)
+            return _tangent(points, out) if sphere else out
+
+        return field
+
     def field_batch(self, points, weights, positions, t):
         """The field of a batch of clouds (B, n, d): the attention's ``field_batch``, plus an
         :class:`AffineFeedForward` and the tangent projection member by member in one stacked

@@ -353,9 +353,11 @@ def _field_path(att, mu0):
     weights and positions never change and the integrator checks that the points are finite,
     so later calls of an :class:`~tpde_lib.Attention` whose ``velocity`` is the protocol's go
     straight to its ``field`` hook, with a cheap check of the result (real, shape (n, d),
-    finite): no re-validation of the measure at each stage. Other objects (a reader's class
-    with a ``velocity`` method, or a variant overriding it) are called through ``velocity``
-    every time.
+    finite): no re-validation of the measure at each stage. A built-in variant's prepared
+    field (:meth:`~tpde_lib.Attention._prepared_field`: the same arithmetic, its set-up done
+    once for the run) replaces ``field`` where it has one, its result checked for finiteness
+    only. Other objects (a reader's class with a ``velocity`` method, or a variant overriding
+    it) are called through ``velocity`` every time.
     """
     shape = mu0.points.shape
     w, pos = mu0.weights, mu0.positions
@@ -371,9 +373,10 @@ def _field_path(att, mu0):
     )
     if not raw:
         return via_velocity
-    name = att.name
+    name = f"{att.name}.field"
     positions = pos if att.causal else None
     validated = []
+    prepared = att._prepared_field(w, positions)
 
     def via_field(x, t):
         if not validated:  # the first call: the whole protocol, its result checked there once
@@ -382,9 +385,18 @@ def _field_path(att, mu0):
         points = x.view()
         points.flags.writeable = False
         v = att.field(points, w, positions, t)
-        return checked_result(f"{name}.field", v, shape, when=f" at t={t:g}", nonfinite=FloatingPointError)
+        return checked_result(name, v, shape, when=f" at t={t:g}", nonfinite=FloatingPointError)
 
-    return via_field
+    def via_prepared(x, t):
+        if not validated:
+            validated.append(True)
+            return att.velocity(Empirical._trusted(x, w, pos), t)
+        v = prepared(x, t)  # a built-in field: an (n, d) float array by construction
+        if not np.isfinite(v).all():
+            raise FloatingPointError(f"{name} returned NaN or infinite values at t={t:g}")
+        return v
+
+    return via_field if prepared is None else via_prepared
 
 
 def _euler_step(field, x, t, h):

@@ -42,6 +42,15 @@ def _symmetric_mobility(A, V, sign):
     return 0.5 * (P + P.T)
 
 
+def _transposed(param):
+    """``t -> param(t).T`` as a C-contiguous array (as :func:`._kernels.times_transpose` makes
+    it), computed once for a constant parameter."""
+    if param.is_constant:
+        fixed = np.ascontiguousarray(param().T)
+        return lambda t: fixed
+    return lambda t: np.ascontiguousarray(param(t).T)
+
+
 def _stackable(att, cls, points, weights):
     """Whether the field of ``att`` on a batch can be stacked over its members: the field is
     ``cls``'s own (not a subclass's), each member is one dense matrix of the engine and every
@@ -173,6 +182,27 @@ class Softmax(_Bilinear):
         if batched.fits(len(heads) * n, n) and (weights > 0).all():
             return batched.softmax_heads_field(heads, points, weights, positions, t)
         return Attention.field_batch(att, points, weights, positions, t)
+
+    def _prepared_field(self, weights, positions):
+        """:meth:`field` for a whole run (:meth:`Attention._prepared_field`) of a cloud whose
+        scores are one dense matrix and whose weights are all positive: the same operations as
+        :meth:`_summed_field` of one head, without its per-call set-up (the support of the
+        weights, the transposes of constant ``A`` and ``V``, the engine's dispatch)."""
+        n = weights.shape[0]
+        plain = owns_field(self, Softmax) and type(self).queries is _Bilinear.queries
+        if not (plain and batched.fits(n, n) and (weights > 0).all()):
+            return None
+        a_t, v_t = _transposed(self.A), _transposed(self.V)
+        q_pos = k_pos = None if positions is None else positions[None]
+
+        def field(points, t):
+            queries = points @ a_t(t)  # times_transpose
+            keys = np.ascontiguousarray(points)  # engine_sums, then its small path
+            values = weighted_values(keys, weights)
+            sums = batched.dense_stack(queries[None], keys[None], values[None], "softmax", q_pos, k_pos)
+            return (sums[0, :, :-1] / sums[0, :, -1:]) @ v_t(t)  # normalised
+
+        return field
 
     def gaussian_rhs(self, mean: ArrayLike, cov: ArrayLike, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         r"""Softmax Gaussian closure :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`

@@ -7,7 +7,7 @@ attention, V = I, a random A of norm about 1, RK4 with h = 0.05 for ``--steps`` 
 * ``loop/ours``: a Python loop of :func:`tpde_lib.simulate` over the members (timed on at most
   ``LOOP_MEMBERS`` of them, per member);
 * ``np/ours``: plain numpy on the whole batch at once (``(B, n, n)`` scores, five lines per
-  field, the same RK4 steps);
+  field, the same RK4 steps); ``-`` where one score array would exceed ``PLAIN_MAX_BYTES``;
 * ``jax/ours``: ``jax.jit(jax.vmap(...))`` of the same RK4 loop written with ``lax.scan``, in
   float64 (compile time excluded, printed in the ``jit s`` column); ``-`` without JAX
   (``pip install -r requirements-bench.txt``);
@@ -23,11 +23,17 @@ attention, V = I, a random A of norm about 1, RK4 with h = 0.05 for ``--steps`` 
 * ``diff``: the largest relative difference between ours and any peer at the last time (they
   integrate the same system; ``!`` marks one above 1e-10).
 
+First, one cloud (the single call's overhead, before any batch): microseconds per field
+evaluation of :func:`tpde_lib.simulate` (``sim us``), against the same plain numpy RK4 on that
+cloud alone (``np/sim``: above 0.6 or so, what is left of ``simulate`` over five numpy lines per
+field is its checks and its per-call set-up), and against JAX's compiled loop on it
+(``jax/sim``).
+
 Every time is the smallest of a few repeats, ours and the peers taking turns, and the load
 average is printed with each line: on a shared machine the ratios, not the times, are what to
 read. Run: ``python benchmarks/ensembles.py [--quick] [--steps 100]``; ``--quick`` runs
-B in {100, 1000}, n in {8, 32}, d in {2, 3}. What the numbers showed is in
-``benchmarks/NOTES.md``.
+B in {100, 1000}, n in {8, 32}, d in {2, 3}; ``--B``, ``--n``, ``--d`` choose the cells. What
+the numbers showed is in ``benchmarks/NOTES.md``.
 """
 
 from __future__ import annotations
@@ -50,6 +56,10 @@ except ImportError:
 
 LOOP_MEMBERS = 20
 H = 0.05
+#: the plain-numpy peer is not run when one of its (B, n, n) score arrays would exceed this
+#: (as in ``velocity.py``: at B = 10000, n = 128 each of its temporaries is 1.3 GB, and its page
+#: faults took over 12 minutes of one cell here)
+PLAIN_MAX_BYTES = 600 * 2**20
 #: the bound's products and exponentials are timed on this many scores at once (1 MB: in cache)
 IN_CACHE_SCORES = 131_072
 
@@ -161,9 +171,11 @@ def row(B, n, d, steps, repeats):
     m = min(B, LOOP_MEMBERS)
     loop = best_of(lambda: [tp.simulate(att, x0[b], times, h=H) for b in range(m)], 2) * B / m
     out["loop"] = loop / ours
-    plain = best_of(lambda: numpy_rk4(x0, A, V, steps), repeats)
-    out["np"] = plain / ours
-    diffs = [np.abs(numpy_rk4(x0, A, V, steps) - final).max() / np.abs(final).max()]
+    diffs = []
+    if B * n * n * 8 <= PLAIN_MAX_BYTES:
+        plain = best_of(lambda: numpy_rk4(x0, A, V, steps), repeats)
+        out["np"] = plain / ours
+        diffs.append(np.abs(numpy_rk4(x0, A, V, steps) - final).max() / np.abs(final).max())
     if jax is not None:
         run = jax_rk4(jnp.asarray(A), jnp.asarray(V), steps)
         xj = jnp.asarray(x0)
@@ -179,8 +191,29 @@ def row(B, n, d, steps, repeats):
     out["prod"] = products / ours
     if jax is not None:
         out["expjax"] = exps / (out["jax"] * ours)
-    out["diff"] = max(diffs)
+    out["diff"] = max(diffs) if diffs else float("nan")
     out["ms"] = ours / B * 1e3
+    return out
+
+
+def single(n, d, steps, repeats):
+    """One cloud: microseconds per field evaluation of ``tp.simulate``, and the ratios of plain
+    numpy's and JAX's times on the same cloud to it."""
+    rng = np.random.default_rng(n + d)
+    A = rng.standard_normal((d, d)) / np.sqrt(d)
+    V = np.eye(d)
+    x0 = rng.standard_normal((1, n, d))
+    times = [0.0, H * steps]
+    att = tp.Softmax(A, V)
+    mu = tp.Empirical(x0[0])
+    ours = best_of(lambda: tp.simulate(att, mu, times, h=H), repeats)
+    out = {"us": ours / (4 * steps) * 1e6}
+    out["np"] = best_of(lambda: numpy_rk4(x0, A, V, steps), repeats) / ours
+    if jax is not None:
+        run = jax_rk4(jnp.asarray(A), jnp.asarray(V), steps)
+        xj = jnp.asarray(x0)
+        run(xj).block_until_ready()
+        out["jax"] = best_of(lambda: run(xj).block_until_ready(), repeats) / ours
     return out
 
 
@@ -189,10 +222,14 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--B", type=int, nargs="+", help="batch sizes (default: the grid)")
+    parser.add_argument("--n", type=int, nargs="+", help="tokens per cloud (default: the grid)")
+    parser.add_argument("--d", type=int, nargs="+", help="dimensions (default: the grid)")
     args = parser.parse_args()
     Bs, ns, ds = (
         ((100, 1000), (8, 32), (2, 3)) if args.quick else ((100, 1000, 10000), (8, 32, 128), (2, 3, 16))
     )
+    Bs, ns, ds = args.B or Bs, args.n or ns, args.d or ds
     print(
         f"softmax, V = I, RK4 h = {H}, {args.steps} steps; threads {tp.get_num_threads()}; "
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; "
@@ -204,6 +241,15 @@ def main():
         f"exp, ns per value in cache: numpy {ours_exp:.2f} (one thread), jax.jit {jx}; "
         f"cpu_count {os.cpu_count()}"
     )
+    print(f"one cloud: {'n':>4} {'d':>3} {'sim us':>7} {'np/sim':>6} {'jax/sim':>7}  load")
+    for n in ns:
+        for d in ds:
+            r = single(n, d, args.steps, 5 * args.repeats)
+            jx = f"{r['jax']:7.2f}" if "jax" in r else f"{'-':>7}"
+            print(
+                f"{'':10} {n:4d} {d:3d} {r['us']:7.1f} {r['np']:6.2f} {jx}  {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     print(
         f"{'B':>6} {'n':>4} {'d':>3} {'ours ms':>8} {'loop/ours':>9} {'np/ours':>8} {'jax/ours':>8} "
         f"{'jit s':>6} {'ours/bnd':>8} {'exp/jax':>7} {'prod':>5} {'diff':>8}  load"
@@ -215,8 +261,9 @@ def main():
                 jx = f"{r['jax']:8.2f} {r['jit']:6.2f}" if "jax" in r else f"{'-':>8} {'-':>6}"
                 ej = f"{r['expjax']:7.2f}" if "expjax" in r else f"{'-':>7}"
                 flag = "!" if r["diff"] > 1e-10 else " "
+                npr = f"{r['np']:8.2f}" if "np" in r else f"{'-':>8}"
                 print(
-                    f"{B:6d} {n:4d} {d:3d} {r['ms']:8.3f} {r['loop']:9.1f} {r['np']:8.2f} {jx} "
+                    f"{B:6d} {n:4d} {d:3d} {r['ms']:8.3f} {r['loop']:9.1f} {npr} {jx} "
                     f"{r['bnd']:8.2f} {ej} {r['prod']:5.2f} {r['diff']:8.1e}{flag} "
                     f"{os.getloadavg()[0]:.1f}",
                     flush=True,

@@ -312,10 +312,11 @@ def _prepared_cases():
         (Layer(Softmax(A, np.eye(3)), normalisation="sphere"), on_sphere, w, None),
         (Layer(Softmax(A, np.eye(3), causal=True), normalisation="sphere"), on_sphere, w, pos),
         (Layer(Softmax(A, V), ff), X, w, None),
+        (Layer(Softmax(A, V, causal=True), lambda x, t: np.sin(t) * x), X, w, pos),
     ]
 
 
-@pytest.mark.parametrize("case", range(7))
+@pytest.mark.parametrize("case", range(8))
 def test_the_prepared_field_is_bitwise_the_field(case):
     att, X, w, pos = _prepared_cases()[case]
     field = att._prepared_field(w, pos)
@@ -325,7 +326,7 @@ def test_the_prepared_field_is_bitwise_the_field(case):
 
 
 @pytest.mark.parametrize("method", ["rk4", "euler", "adaptive"])
-@pytest.mark.parametrize("case", range(7))
+@pytest.mark.parametrize("case", range(8))
 def test_simulate_runs_on_the_prepared_field_bitwise_as_on_field(case, method, monkeypatch):
     import tpde_lib.attention._base as base
 
@@ -348,8 +349,16 @@ def test_no_prepared_field_where_the_field_is_not_the_built_in_dense_one():
     big = np.full(200, 1 / 200)  # 40 000 scores: the blocked engine's
     assert Softmax(A, V)._prepared_field(big, None) is None
     assert _LateField(lambda v: v)._prepared_field(w[:9], None) is None  # a reader's field
-    assert Layer(Softmax(A, V), lambda x, t: -x)._prepared_field(w, None) is None
     assert Layer(Unnormalised(A, V))._prepared_field(w, None) is None
+
+
+def test_a_readers_feedforward_is_still_checked_on_the_prepared_path():
+    X = _cloud()[0]
+    layer = Layer(Softmax(np.eye(2), np.eye(2)), lambda x, t: x[:, :1] if t > 0.5 else -x)
+    assert layer._prepared_field(np.full(12, 1 / 12), None) is not None
+    match = r"^Layer's feedforward must return an array of shape \(12, 2\) at t=0\.55, got"
+    with pytest.raises(ValueError, match=match):
+        simulate(layer, Empirical(X), [0.0, 1.0], method="euler", h=0.05)
 
 
 def test_a_prepared_field_that_turns_non_finite_is_named_with_its_time():

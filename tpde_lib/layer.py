@@ -283,8 +283,14 @@ class Layer(Attention):
         return self.attention.time_dependent or bool(getattr(ff, "time_dependent", ff is not None))
 
     def field(self, points, weights, positions, t):
+        out = self.attention.field(points, weights, positions, t)
+        return self._completed(points, _checked(out, points.shape, t, "attention.field"), t)
+
+    def _completed(self, points, out, t):
+        """The layer's field from its attention's field ``out`` (n, d) at ``points``: plus the
+        feed-forward, then the tangent projection on the sphere (the rest of :meth:`field`,
+        which a run's prepared field shares)."""
         shape = points.shape
-        out = _checked(self.attention.field(points, weights, positions, t), shape, t, "attention.field")
         if self.feedforward is not None:
             ff = _checked(self.feedforward(points, t), shape, t, "feedforward")
             if not isinstance(self.feedforward, AffineFeedForward) and np.isnan(ff).any():
@@ -301,22 +307,16 @@ class Layer(Attention):
 
     def _prepared_field(self, weights, positions):
         """:meth:`field` for a whole run (:meth:`Attention._prepared_field`): the attention's
-        prepared field, plus an :class:`AffineFeedForward` and the tangent projection, as
-        :meth:`field` adds them; None for a reader's feed-forward, or when the attention has
-        no prepared field."""
-        ff = self.feedforward
-        if not owns_field(self, Layer) or not (ff is None or isinstance(ff, AffineFeedForward)):
+        prepared field, completed as :meth:`field` completes it; None when the attention has
+        none."""
+        if not owns_field(self, Layer):
             return None
         attention = self.attention._prepared_field(weights, positions)
         if attention is None:
             return None
-        sphere = self.normalisation == "sphere"
 
         def field(points, t):
-            out = attention(points, t)
-            if ff is not None:
-                out = out + ff(points, t)
-            return _tangent(points, out) if sphere else out
+            return self._completed(points, attention(points, t), t)
 
         return field
 

@@ -336,10 +336,10 @@ class Attention:
     def _prepared_field(self, weights, positions):
         """The field ``(points (n, d), t) -> (n, d)`` of clouds carrying ``weights`` (n,) and
         ``positions`` ((n,) when causal, else None) through a whole run of
-        :func:`tpde_lib.simulate`: bitwise ``self.field(points, weights, positions, t)``, with
-        what depends only on the weights, the positions and constant parameters done once, and
-        a result of the right shape and type by construction (a built-in field: only its
-        finiteness is left to check). None, this default, where a variant has none: the
+        :func:`tpde_lib.simulate`: the body of ``self.field(points, weights, positions, t)``
+        itself (bitwise the same), with what depends only on the weights and positions done
+        once, and a result of the right shape and type by construction (a built-in field:
+        only its finiteness is left to check). None, this default, where a variant has none: the
         integrator then calls :meth:`field` and checks its result."""
         return None
 

@@ -380,6 +380,18 @@ def test_the_field_hook_gets_read_only_points():
         simulate(Writes(np.eye(2), np.eye(2)), Empirical(_cloud()[0]), [0.0, 1.0], h=0.5)
 
 
+def test_a_readers_feedforward_gets_read_only_points_on_the_prepared_path():
+    def writes(points, t):
+        if t > 0:  # after the first evaluation, which goes through velocity
+            points[0, 0] = 1.0
+        return -points
+
+    layer = Layer(Softmax(np.eye(2), np.eye(2)), writes)
+    assert layer._prepared_field(np.full(12, 1 / 12), None) is not None
+    with pytest.raises(ValueError, match="read-only"):
+        simulate(layer, Empirical(_cloud()[0]), [0.0, 1.0], h=0.5)
+
+
 class _BadHead(Softmax):
     """A head whose field is ``bad(v)``; its closure returns ``bad`` of the covariance part."""
 

@@ -391,7 +391,9 @@ def _field_path(att, mu0):
         if not validated:
             validated.append(True)
             return att.velocity(Empirical._trusted(x, w, pos), t)
-        v = prepared(x, t)  # a built-in field: an (n, d) float array by construction
+        points = x.view()  # read-only: a reader's feed-forward in a layer sees these too
+        points.flags.writeable = False
+        v = prepared(points, t)  # a built-in field: an (n, d) float array by construction
         if not np.isfinite(v).all():
             raise FloatingPointError(f"{name} returned NaN or infinite values at t={t:g}")
         return v

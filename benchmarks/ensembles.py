@@ -154,13 +154,17 @@ def exp_speeds():
     return ours, wall, cpu
 
 
-def row(B, n, d, steps, repeats):
+def problem(B, n, d):
+    """The benchmark's system: a random A of norm about 1, V = I, and B clouds (B, n, d)."""
     rng = np.random.default_rng(B + n + d)
     A = rng.standard_normal((d, d)) / np.sqrt(d)
     V = np.eye(d)
-    x0 = rng.standard_normal((B, n, d))
+    return A, V, rng.standard_normal((B, n, d)), tp.Softmax(A, V)
+
+
+def row(B, n, d, steps, repeats):
+    A, V, x0, att = problem(B, n, d)
     times = [0.0, H * steps]
-    att = tp.Softmax(A, V)
     out = {}
     ours = np.inf
     for _ in range(repeats):
@@ -199,12 +203,8 @@ def row(B, n, d, steps, repeats):
 def single(n, d, steps, repeats):
     """One cloud: microseconds per field evaluation of ``tp.simulate``, and the ratios of plain
     numpy's and JAX's times on the same cloud to it."""
-    rng = np.random.default_rng(n + d)
-    A = rng.standard_normal((d, d)) / np.sqrt(d)
-    V = np.eye(d)
-    x0 = rng.standard_normal((1, n, d))
+    A, V, x0, att = problem(1, n, d)
     times = [0.0, H * steps]
-    att = tp.Softmax(A, V)
     mu = tp.Empirical(x0[0])
     ours = best_of(lambda: tp.simulate(att, mu, times, h=H), repeats)
     out = {"us": ours / (4 * steps) * 1e6}

@@ -384,21 +384,15 @@ def _field_path(att, mu0):
             return att.velocity(Empirical._trusted(x, w, pos), t)
         points = x.view()
         points.flags.writeable = False
-        v = att.field(points, w, positions, t)
+        if prepared is None:
+            v = att.field(points, w, positions, t)
+        else:
+            v = prepared(points, t)
+            if np.isfinite(v).all():
+                return v  # a built-in field: an (n, d) float array by construction
         return checked_result(name, v, shape, when=f" at t={t:g}", nonfinite=FloatingPointError)
 
-    def via_prepared(x, t):
-        if not validated:
-            validated.append(True)
-            return att.velocity(Empirical._trusted(x, w, pos), t)
-        points = x.view()  # read-only: a reader's feed-forward in a layer sees these too
-        points.flags.writeable = False
-        v = prepared(points, t)  # a built-in field: an (n, d) float array by construction
-        if not np.isfinite(v).all():
-            raise FloatingPointError(f"{name} returned NaN or infinite values at t={t:g}")
-        return v
-
-    return via_field if prepared is None else via_prepared
+    return via_field
 
 
 def _euler_step(field, x, t, h):
